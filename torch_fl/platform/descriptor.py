@@ -1,0 +1,335 @@
+"""The platform descriptor: the one declarative file that defines a platform.
+
+`platforms/<name>/platform.yaml` is validated against these models (unknown fields are errors,
+values are not coerced), and the published JSON Schema is generated from them. Cross-field rules
+(a route names a declared kernel set, AMP dtypes are among the dtypes, virtual devices only on a
+cpu backing) are checked here too, so a model that exists is a model that is consistent.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+from torch_fl.platform.errors import DescriptorError, Issue
+from torch_fl.platform.versions import SPEC_PATTERN
+
+SCHEMA_VERSION = 1
+OP_NAME_PATTERN = r"^aten::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?$"
+NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
+
+KERNEL_SETS: tuple[str, ...] = ("native", "flaggems", "vendor", "emulated", "cpu")
+"""Every execution path, in the order the design lists them; `cpu` is implicit and never declared."""
+RUNTIME_BACKINGS: frozenset[str] = frozenset({"cpu", "cuda"})
+"""Backing devices the C++ runtime can drive; descriptors with other backings load as data only."""
+RULE_KINDS: tuple[str, ...] = ("env", "python_module", "path_exists", "cuda_device_name", "always")
+
+BackingDevice = Literal["cpu", "cuda", "npu", "musa", "gcu", "xpu_kunlun", "bpu"]
+KernelSetName = Literal["native", "flaggems", "vendor", "emulated", "cpu"]
+DType = Literal[
+    "float64", "float32", "float16", "bfloat16",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    "complex128", "complex64", "complex32",
+    "int64", "int32", "int16", "int8",
+    "uint64", "uint32", "uint16", "uint8",
+    "bool",
+]
+AmpDType = Literal["float16", "bfloat16"]
+DistributedBackend = Literal["gloo", "nccl", "hccl", "rccl", "mccl", "flagcx", "bkcl", "none"]
+DistributedFeature = Literal["basic", "ddp", "fsdp2"]
+CompilePath = Literal["inductor-cpp", "inductor-triton", "flagtree", "vendor-triton", "fx-bpu", "none"]
+ProfilerTracer = Literal["none", "kineto-cpu", "cupti", "roctracer", "mupti", "mspti", "topspti", "mcpti"]
+
+OpName = Annotated[str, StringConstraints(pattern=OP_NAME_PATTERN)]
+VersionSpec = Annotated[str, StringConstraints(pattern=SPEC_PATTERN)]
+Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+_OP_KEYS_ONLY: dict[str, Any] = {"additionalProperties": False}
+
+
+class _Model(BaseModel):
+    """Strict, closed, immutable: a typo is an error, `"2"` is not 2, and a loaded model stays as validated."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Backing(_Model):
+    """The device whose memory and aten kernels back flagos tensors."""
+
+    device: BackingDevice = Field(description="Backing device type; the runtime drives cpu and cuda, others load as descriptors only.")
+    virtual_devices: Optional[int] = Field(
+        None, ge=1, description="Number of flagos devices emulated on the host (cpu backing only; default 2)."
+    )
+    note: Optional[str] = Field(None, description="How the backing relates to the vendor's stack.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cpu_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("device") == "cpu" and "virtual_devices" not in data:
+            return {**data, "virtual_devices": 2}
+        return data
+
+    @model_validator(mode="after")
+    def _virtual_only_on_cpu(self) -> "Backing":
+        if self.device != "cpu" and self.virtual_devices is not None:
+            raise DescriptorError([Issue("only a cpu backing has virtual devices; remove it", ("backing", "virtual_devices"))])
+        return self
+
+
+class EnvRule(_Model):
+    env: NonEmpty = Field(description="Matches when this environment variable is set (non-empty).")
+
+
+class PythonModuleRule(_Model):
+    python_module: NonEmpty = Field(description="Matches when this module is importable (found without importing it).")
+
+
+class PathExistsRule(_Model):
+    path_exists: NonEmpty = Field(description="Matches when this path exists, e.g. a device node.")
+
+
+class CudaDeviceNameRule(_Model):
+    cuda_device_name: NonEmpty = Field(
+        description="Regex searched in each CUDA device name; evaluated only when torch is already imported and CUDA is available."
+    )
+
+    @field_validator("cuda_device_name")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+
+class AlwaysRule(_Model):
+    always: Literal[True] = Field(description="Always matches (the fallback platform).")
+
+
+def _rule_kind(value: Any) -> Optional[str]:
+    if isinstance(value, dict) and len(value) == 1:
+        key = next(iter(value))
+        return key if key in RULE_KINDS else None
+    if isinstance(value, BaseModel):
+        return next(iter(type(value).model_fields))
+    return None
+
+
+Rule = Annotated[
+    Union[
+        Annotated[EnvRule, Tag("env")],
+        Annotated[PythonModuleRule, Tag("python_module")],
+        Annotated[PathExistsRule, Tag("path_exists")],
+        Annotated[CudaDeviceNameRule, Tag("cuda_device_name")],
+        Annotated[AlwaysRule, Tag("always")],
+    ],
+    Discriminator(
+        _rule_kind,
+        custom_error_type="rule_kind",
+        custom_error_message="a rule is a mapping with exactly one of: " + ", ".join(RULE_KINDS),
+    ),
+]
+
+
+class Detect(_Model):
+    """How to recognise the platform on this machine: any rule matching is a match."""
+
+    priority: int = Field(description="Among matching platforms the highest priority wins.")
+    rules: list[Rule] = Field(description="Any one matching rule matches the platform; an empty list is never detected (select it with FLAGOS_PLATFORM).")
+
+
+class Sdk(_Model):
+    name: NonEmpty = Field(description="The vendor SDK, e.g. CUDA, CANN, DTK.")
+    version: Optional[str] = Field(None, description="The SDK version the platform is built against.")
+    home_env: Optional[Identifier] = Field(None, description="Variable that points at the SDK install directory.")
+
+
+class Environment(_Model):
+    sdk: Optional[Sdk] = None
+    variables: dict[str, str] = Field(default_factory=dict, description="Set in the process before the platform loads.")
+    python: Optional[Annotated[str, StringConstraints(pattern=r"^3\.\d+$")]] = Field(
+        None, description="The one interpreter line the platform's wheels are built for, e.g. '3.12'."
+    )
+
+
+class NativeKernels(_Model):
+    enabled: bool = Field(True, description="Run the backing device's own aten kernels on zero-copy aliases.")
+
+
+class FlagGemsKernels(_Model):
+    package: NonEmpty = Field("flag_gems", description="Import and distribution name of FlagGems.")
+    version: NonEmpty = Field(description="The exact FlagGems version the routes are checked against.")
+    vendor: NonEmpty = Field(description="FlagGems backend name (GEMS_VENDOR), e.g. nvidia.")
+    enabled: bool = True
+
+
+class PackagePin(_Model):
+    name: NonEmpty
+    version: NonEmpty
+
+
+class VendorKernels(_Model):
+    module: Annotated[
+        str, StringConstraints(pattern=r"^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*|[A-Za-z0-9_./-]+\.py)$")
+    ] = Field(description="A file `name.py` relative to the descriptor's folder, or an importable module `pkg.mod`.")
+    package: Optional[PackagePin] = Field(None, description="The distribution that provides the module, when it is installed separately.")
+    ops: dict[OpName, Identifier] = Field(
+        default_factory=dict, description="aten overload -> function name in the module.", json_schema_extra=_OP_KEYS_ONLY
+    )
+
+    @field_validator("module")
+    @classmethod
+    def _stays_inside(cls, value: str) -> str:
+        if value.endswith(".py") and (value.startswith("/") or ".." in Path(value).parts):
+            raise ValueError("a module file must lie inside the platform folder")
+        return value
+
+
+class EmulatedKernels(_Model):
+    fp8: bool = Field(False, description="FP8 by scaled upcast on chips without FP8 hardware.")
+
+
+class Kernels(_Model):
+    """The kernel sets this platform provides (cpu is implicit and always available)."""
+
+    native: NativeKernels = Field(default_factory=NativeKernels)
+    flaggems: Optional[FlagGemsKernels] = None
+    vendor: Optional[VendorKernels] = None
+    emulated: Optional[EmulatedKernels] = None
+
+    def declared(self) -> tuple[str, ...]:
+        """Kernel set names routes may use, in the canonical order (cpu always last)."""
+        optional = {"flaggems": self.flaggems, "vendor": self.vendor, "emulated": self.emulated}
+        return tuple(name for name in KERNEL_SETS if optional.get(name, True) is not None)
+
+
+class Rng(_Model):
+    generator: NonEmpty = Field("backing", description="'backing' (the backing device's generator), 'none', or a vendor generator name.")
+
+
+class Distributed(_Model):
+    backend: DistributedBackend = "none"
+    library: Optional[str] = Field(None, description="The collective library underneath the backend.")
+    features: list[DistributedFeature] = Field(default_factory=list)
+
+
+class Compile(_Model):
+    path: CompilePath = "none"
+
+
+class Profiler(_Model):
+    tracer: ProfilerTracer = "none"
+
+
+class Capabilities(_Model):
+    """What the platform claims; conformance checks each claim on the board."""
+
+    dtypes: list[DType] = Field(min_length=1, description="torch dtype names the platform computes in.")
+    amp_dtypes: list[AmpDType] = Field(default_factory=list, description="Autocast dtypes; each must be in dtypes.")
+    rng: Rng = Field(default_factory=Rng)
+    distributed: Distributed = Field(default_factory=Distributed)
+    compile: Compile = Field(default_factory=Compile)
+    profiler: Profiler = Field(default_factory=Profiler)
+
+    @model_validator(mode="after")
+    def _amp_in_dtypes(self) -> "Capabilities":
+        for i, dtype in enumerate(self.amp_dtypes):
+            if dtype not in self.dtypes:
+                raise DescriptorError([Issue(f"{dtype!r} is not in capabilities.dtypes", ("capabilities", "amp_dtypes", i))])
+        return self
+
+
+class Routes(_Model):
+    """Where the route table lives and the candidate order for ops it does not list."""
+
+    file: NonEmpty = Field("routes.yaml", description="Route table, relative to the descriptor's folder.")
+    defaults: list[KernelSetName] = Field(
+        default_factory=lambda: ["native", "cpu"], min_length=1, description="Candidate kernel sets, in order, for ops without an entry."
+    )
+    overrides: dict[OpName, list[KernelSetName]] = Field(
+        default_factory=dict, description="aten overload -> candidate kernel sets, in order.", json_schema_extra=_OP_KEYS_ONLY
+    )
+
+
+class Ci(_Model):
+    runner_labels: list[NonEmpty] = Field(min_length=1, description="Labels of the CI runner that has the board.")
+    setup: list[str] = Field(default_factory=list, description="Shell lines run before the conformance run.")
+    timeout_minutes: int = Field(60, ge=1)
+    conformance_args: Optional[str] = Field(None, description="Extra arguments for `torch-fl conformance run`.")
+
+
+class Requirements(_Model):
+    python: Optional[VersionSpec] = None
+    torch: VersionSpec = Field(description="Supported torch versions, e.g. '>=2.11'.")
+    packages: dict[NonEmpty, VersionSpec] = Field(default_factory=dict, description="Distribution name -> version specifier.")
+
+
+class PlatformDescriptor(_Model):
+    """One platform: identity, backing device, detection, environment, kernels, capabilities, routes, CI."""
+
+    model_config = ConfigDict(title="torch-fl platform descriptor")
+
+    schema_version: Literal[1] = Field(description="Version of this descriptor format.")
+    name: Annotated[str, StringConstraints(pattern=NAME_PATTERN)] = Field(description="Must equal the platform's folder name.")
+    display_name: NonEmpty
+    vendor: NonEmpty
+    boards: list[NonEmpty] = Field(min_length=1, description="Shipping boards served by this descriptor.")
+    status: Literal["validated", "unvalidated"] = Field(
+        description="What the descriptor claims; the conformance record decides what actually loads."
+    )
+    backing: Backing
+    detect: Detect
+    environment: Environment = Field(default_factory=Environment)
+    kernels: Kernels = Field(default_factory=Kernels)
+    capabilities: Capabilities
+    routes: Routes = Field(default_factory=Routes)
+    ci: Ci
+    requirements: Requirements
+    notes: Optional[str] = None
+    sources: list[str] = Field(default_factory=list, description="Where the facts in this descriptor come from.")
+
+    _source: Optional[Path] = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _routes_use_declared_sets(self) -> "PlatformDescriptor":
+        declared = self.kernels.declared()
+        issues = []
+        places = [(("routes", "defaults", i), s) for i, s in enumerate(self.routes.defaults)]
+        for op, sets in self.routes.overrides.items():
+            places += [(("routes", "overrides", op, i), s) for i, s in enumerate(sets)]
+        for loc, kernel_set in places:
+            if kernel_set not in declared:
+                issues.append(Issue(f"unknown kernel set {kernel_set!r}: declared are {', '.join(declared)}", loc))
+        if issues:
+            raise DescriptorError(issues)
+        return self
+
+    @property
+    def source_path(self) -> Optional[Path]:
+        """The platform.yaml this model was loaded from (None when built in code)."""
+        return self._source
+
+    @property
+    def directory(self) -> Optional[Path]:
+        """The platform's folder, where routes, records and vendor modules live."""
+        return self._source.parent if self._source is not None else None
+
+    def op_names(self) -> list[tuple[tuple[str, ...], str]]:
+        """Every aten op the descriptor names, with the field path that names it."""
+        found = [(("routes", "overrides", op), op) for op in self.routes.overrides]
+        if self.kernels.vendor is not None:
+            found += [(("kernels", "vendor", "ops", op), op) for op in self.kernels.vendor.ops]
+        return found

@@ -1,0 +1,86 @@
+"""Errors of the platform layer, worded so a person can fix the file they name."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence, Union
+
+Loc = tuple[Union[str, int], ...]
+
+
+class PlatformError(Exception):
+    """Base of every error the platform layer raises on purpose."""
+
+
+def format_loc(loc: Loc) -> str:
+    """`('routes', 'overrides', 'aten::add.Tensor', 0)` -> `routes.overrides["aten::add.Tensor"][0]`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.isidentifier():
+            out += f".{part}" if out else part
+        else:
+            out += f'["{part}"]'
+    return out
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem in a descriptor: where (line, field path) and what was expected."""
+
+    message: str
+    loc: Loc = ()
+    line: int | None = None
+
+    def render(self, file: str | None) -> str:
+        where = ":".join(p for p in (file, str(self.line) if self.line else None) if p)
+        parts = [p for p in (where, format_loc(self.loc), self.message) if p]
+        return ": ".join(parts)
+
+
+def display_path(path: Path) -> str:
+    """The path relative to the working directory when it lies below it, else as given."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+class DescriptorError(PlatformError):
+    """A descriptor that cannot be used; `str()` is `file:line: field.path: expected ...; got ...`.
+
+    It carries every problem found (one per line of the message), so one run shows them all.
+    """
+
+    def __init__(self, issues: Sequence[Issue] | str, file: Path | None = None) -> None:
+        self.issues: list[Issue] = [Issue(issues)] if isinstance(issues, str) else list(issues)
+        self.file = file
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        shown = display_path(self.file) if self.file is not None else None
+        return "\n".join(issue.render(shown) for issue in self.issues)
+
+    @property
+    def line(self) -> int | None:
+        """The line of the first problem (1-based), when known."""
+        return self.issues[0].line
+
+    @property
+    def field(self) -> str:
+        """The dotted field path of the first problem."""
+        return format_loc(self.issues[0].loc)
+
+    @property
+    def message(self) -> str:
+        """What was expected, for the first problem."""
+        return self.issues[0].message
+
+
+class RecordError(PlatformError):
+    """A conformance record file that cannot be read or does not follow the record format."""
+
+
+class SelectionError(PlatformError):
+    """No platform can be selected: an unknown forced name, or no detection rule matched."""

@@ -1,0 +1,139 @@
+"""Load a platform.yaml into a PlatformDescriptor, or raise a DescriptorError that names the line.
+
+Nothing is half-loaded: `load_descriptor` returns a complete, validated model or raises.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from torch_fl.platform.descriptor import OP_NAME_PATTERN, RULE_KINDS, PlatformDescriptor
+from torch_fl.platform.errors import DescriptorError, Issue, Loc
+from torch_fl.platform.yaml_source import YamlDocument, load_yaml
+
+DESCRIPTOR_FILE = "platform.yaml"
+
+_NOUNS = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+}
+
+
+def _got(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _describe(error: dict[str, Any]) -> str:
+    """A pydantic error as 'expected ...; got ...', in the words a descriptor author uses."""
+    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+    if kind == "missing":
+        return f"missing required field {error['loc'][-1]!r}"
+    if kind == "extra_forbidden":
+        return f"unknown field {error['loc'][-1]!r}"
+    if kind == "literal_error":
+        return f"expected one of {ctx['expected']}; got {_got(value)}"
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") == OP_NAME_PATTERN:
+        return f"bad op name {_got(value)}: expected aten::name or aten::name.overload"
+    if kind == "string_pattern_mismatch":
+        return f"expected a string matching {ctx['pattern']}; got {_got(value)}"
+    if kind in _NOUNS:
+        hint = ""
+        if kind == "string_type" and isinstance(value, (int, float)):
+            hint = " (quote it: YAML reads 3.10 as the number 3.1)"
+        return f"expected {_NOUNS[kind]}; got {_got(value)}{hint}"
+    if kind == "rule_kind":
+        return f"{error['msg']}; got {_got(value)}"
+    message = error["msg"]
+    message = message[0].lower() + message[1:] if message else kind
+    return f"{message.removeprefix('value error, ')}; got {_got(value)}"
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> Loc:
+    """Drop pydantic's bookkeeping from a location: union tags and the '[key]' marker of dict keys."""
+    out: list[Any] = []
+    for i, part in enumerate(loc):
+        if part == "[key]":
+            continue
+        if part in RULE_KINDS and i + 1 < len(loc) and loc[i + 1] == part:
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _locate(issues: list[Issue], doc: YamlDocument) -> list[Issue]:
+    placed = [Issue(i.message, i.loc, i.line or doc.line_of(i.loc)) for i in issues]
+    return sorted(placed, key=lambda i: i.line or 0)
+
+
+def load_descriptor(path: Path | str) -> PlatformDescriptor:
+    """Read and validate `path` (a platform.yaml, or the folder that holds one).
+
+    Checks the schema, the cross-field rules of the model, and that `name` equals the folder
+    name. Op names are checked against torch's registry separately (`validate_op_names`), so
+    loading never imports torch.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / DESCRIPTOR_FILE
+    doc = load_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise DescriptorError([Issue("expected a mapping of descriptor fields", line=1)], file=path)
+    try:
+        descriptor = PlatformDescriptor.model_validate(doc.data)
+    except ValidationError as exc:
+        issues = [Issue(_describe(e), _clean_loc(e["loc"])) for e in exc.errors()]
+        raise DescriptorError(_locate(issues, doc), file=path) from None
+    except DescriptorError as exc:
+        raise DescriptorError(_locate(exc.issues, doc), file=path) from None
+    folder = path.resolve().parent.name
+    if descriptor.name != folder:
+        issue = Issue(f"must equal the folder name {folder!r}; got {descriptor.name!r}", ("name",))
+        raise DescriptorError(_locate([issue], doc), file=path)
+    descriptor._source = path
+    return descriptor
+
+
+def _op_exists(torch: Any, op: str) -> bool:
+    name, _, overload = op.partition(".")
+    if overload:
+        try:
+            torch._C._dispatch_find_schema_or_throw(name, overload)
+        except RuntimeError:
+            return False
+        return True
+    return bool(torch._C._jit_get_schemas_for_operator(name))
+
+
+def validate_op_names(descriptor: PlatformDescriptor) -> None:
+    """Check that every op the descriptor names exists in the installed torch.
+
+    Does nothing when torch is not installed (the format was already checked at load); the
+    runtime loader calls this after importing torch. Raises a DescriptorError naming each
+    unknown op's field path (and line, when the descriptor was loaded from a file).
+    """
+    if importlib.util.find_spec("torch") is None:
+        return
+    torch = importlib.import_module("torch")
+    issues = [
+        Issue(f"unknown op {op!r}: torch {torch.__version__} has no such operator or overload", loc)
+        for loc, op in descriptor.op_names()
+        if not _op_exists(torch, op)
+    ]
+    if not issues:
+        return
+    source = descriptor.source_path
+    if source is not None and source.exists():
+        issues = _locate(issues, load_yaml(source))
+    raise DescriptorError(issues, file=source)

@@ -1,0 +1,191 @@
+"""Conformance records: what a run on the board proved, and whether that proof still holds.
+
+A record is `platforms/<name>/records/torch-<major.minor>.json`, written by `torch-fl
+conformance run`. It is tied to the descriptor by a hash of the validated model (comments and
+layout do not count, any field does), to a torch line, and to the kernel libraries' versions;
+when any of those moved, or the run did not finish, the record is stale.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from torch_fl.platform.descriptor import PlatformDescriptor
+from torch_fl.platform.errors import RecordError
+from torch_fl.platform.versions import minor_line, release
+
+RECORD_FORMAT = 1
+RECORDS_DIR = "records"
+CaseStatus = Literal["passed", "failed", "error", "crashed", "timeout", "skipped"]
+RecordState = Literal["valid", "stale", "missing"]
+STATUS_WORDS: dict[str, str] = {"valid": "validated", "stale": "stale", "missing": "unvalidated"}
+"""How a record state is shown to people: the platform's real status."""
+
+
+class Case(BaseModel):
+    """One conformance case: an op x dtype x path x direction, or a capability check (op None)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    suite: str
+    op: Optional[str] = None
+    dtype: Optional[str] = None
+    path: Optional[str] = None
+    status: CaseStatus
+    message: str = ""
+    fingerprint: Optional[str] = None
+    duration_s: float = 0.0
+
+
+class Record(BaseModel):
+    """The results of one conformance run of one platform on one torch line."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal[1] = RECORD_FORMAT
+    platform: str
+    descriptor_hash: str
+    torch: str
+    torch_version: str
+    kernel_libraries: dict[str, str] = {}
+    started: str
+    finished: Optional[str] = None
+    complete: bool
+    machine: dict[str, Any] = {}
+    cases: list[Case] = []
+    summary: dict[str, Any] = {}
+
+    def counts_by_path(self) -> dict[str, tuple[int, int]]:
+        """path -> (passed, total) over op cases, for the compatibility matrix."""
+        counts: dict[str, list[int]] = {}
+        for case in self.cases:
+            if case.path is None:
+                continue
+            c = counts.setdefault(case.path, [0, 0])
+            c[0] += case.status == "passed"
+            c[1] += 1
+        return {path: (c[0], c[1]) for path, c in counts.items()}
+
+
+def descriptor_hash(descriptor: PlatformDescriptor) -> str:
+    """`sha256:<hex>` of the canonical JSON of the validated model."""
+    canonical = json.dumps(descriptor.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def record_path(directory: Path, torch_line: str) -> Path:
+    """Where the record of `directory`'s platform for `torch_line` ("2.13") lives."""
+    return Path(directory) / RECORDS_DIR / f"torch-{torch_line}.json"
+
+
+def load_record(directory: Path, torch_line: str) -> Optional[Record]:
+    """The record for `torch_line`, None when there is none; a malformed file is a RecordError."""
+    path = record_path(directory, torch_line)
+    if not path.is_file():
+        return None
+    try:
+        return Record.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise RecordError(f"{path}: {where}: {first['msg']} ({exc.error_count()} problem(s))") from None
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot read: {exc}") from None
+
+
+def record_lines(directory: Path) -> list[str]:
+    """Torch lines that have a record in `directory`, newest first."""
+    folder = Path(directory) / RECORDS_DIR
+    lines = [m.group(1) for p in folder.glob("torch-*.json") if (m := re.fullmatch(r"torch-(\d+\.\d+)\.json", p.name))]
+    return sorted(lines, key=release, reverse=True)
+
+
+def kernel_libraries(descriptor: PlatformDescriptor) -> dict[str, str]:
+    """Distribution name -> version the descriptor's kernel sets are pinned to."""
+    libs: dict[str, str] = {}
+    if descriptor.kernels.flaggems is not None:
+        libs[descriptor.kernels.flaggems.package] = descriptor.kernels.flaggems.version
+    if descriptor.kernels.vendor is not None and descriptor.kernels.vendor.package is not None:
+        libs[descriptor.kernels.vendor.package.name] = descriptor.kernels.vendor.package.version
+    return libs
+
+
+def installed_version(distribution: str) -> Optional[str]:
+    """The installed version of a distribution (read from metadata, nothing is imported)."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def installed_kernel_versions(descriptor: PlatformDescriptor) -> dict[str, Optional[str]]:
+    """The installed versions of the descriptor's kernel libraries (None: not installed)."""
+    return {name: installed_version(name) for name in kernel_libraries(descriptor)}
+
+
+@dataclass(frozen=True)
+class RecordStatus:
+    """Whether the record for this torch line still vouches for the descriptor, and if not, why."""
+
+    state: RecordState
+    reasons: list[str] = field(default_factory=list)
+    record: Optional[Record] = None
+    torch_line: Optional[str] = None
+
+
+def record_status(
+    descriptor: PlatformDescriptor,
+    directory: Path,
+    torch_version: Optional[str],
+    kernel_versions: Mapping[str, Optional[str]],
+) -> RecordStatus:
+    """Compare the record for `torch_version`'s line with the descriptor and the installed kernels.
+
+    `kernel_versions` maps each kernel library to its installed version (None: not installed).
+    With no record for this torch line but one for another line, the newest other record is
+    returned as stale (the torch line differs); with none at all, the state is "missing".
+    """
+    line = minor_line(torch_version) if torch_version else None
+    record = load_record(directory, line) if line else None
+    reasons: list[str] = []
+    if record is None:
+        others = record_lines(directory)
+        if not others:
+            why = f"no {RECORDS_DIR}/torch-{line}.json" if line else "no record, and torch is not installed"
+            return RecordStatus("missing", [why], None, line)
+        record = load_record(directory, others[0])
+    assert record is not None
+    if record.platform != descriptor.name:
+        reasons.append(f"record is for platform {record.platform!r}")
+    if record.descriptor_hash != descriptor_hash(descriptor):
+        reasons.append("descriptor changed since the record was made (hash differs)")
+    if line is None:
+        reasons.append(f"torch is not installed (record is for torch {record.torch})")
+    elif record.torch != line:
+        reasons.append(f"torch line differs: record is for {record.torch}, installed is {line}")
+    for name, recorded in sorted(record.kernel_libraries.items()):
+        now = kernel_versions.get(name)
+        if now != recorded:
+            reasons.append(f"{name} differs: record has {recorded}, installed is {now or 'none'}")
+    for name in sorted(set(kernel_libraries(descriptor)) - set(record.kernel_libraries)):
+        reasons.append(f"{name} is declared but the record did not check it")
+    if not record.complete:
+        reasons.append("the conformance run did not complete")
+    return RecordStatus("stale" if reasons else "valid", reasons, record, record.torch)
+
+
+def current_status(descriptor: PlatformDescriptor) -> RecordStatus:
+    """The record status against the torch and kernel libraries installed here (nothing imported)."""
+    if descriptor.directory is None:
+        raise ValueError("the descriptor was not loaded from a file, so it has no records")
+    return record_status(
+        descriptor, descriptor.directory, installed_version("torch"), installed_kernel_versions(descriptor)
+    )
