@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from torch_fl.platform import DescriptorError, PlatformDescriptor, load_descriptor, validate_op_names
 from torch_fl.platform.discovery import shipped_root
@@ -172,7 +173,7 @@ def test_missing_file(tmp_path):
 
 def test_loaded_model_is_immutable(tmp_path):
     descriptor = load_descriptor(write(tmp_path, BASE))
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         descriptor.name = "x"  # type: ignore[misc]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -41,7 +41,7 @@ def _status(descriptor: PlatformDescriptor) -> dict[str, Any]:
     return {"status": STATUS_WORDS[status.state], "reasons": status.reasons, "torch_line": status.torch_line}
 
 
-def _detection(detection: Optional[Detection]) -> Optional[dict[str, Any]]:
+def _detection(detection: Detection | None) -> dict[str, Any] | None:
     if detection is None:
         return None
     return {
@@ -57,7 +57,7 @@ def _origin(source: PlatformSource) -> str:
     return f"{source.origin} (overrides {', '.join(str(p) for p in source.overrides)})"
 
 
-def _select(loaded: dict[str, PlatformDescriptor], detections: list[Detection], broken: dict) -> tuple[Optional[Selection], Optional[str]]:
+def _select(loaded: dict[str, PlatformDescriptor], detections: list[Detection], broken: dict) -> tuple[Selection | None, str | None]:
     try:
         return select_platform(loaded, detections, broken), None
     except PlatformError as exc:
@@ -124,7 +124,7 @@ def show_cmd(name: str = typer.Argument(..., help="Platform name."), as_json: bo
     try:
         descriptor = load_platform(name, sources)
     except PlatformError as exc:
-        raise fail(str(exc), as_json)
+        raise fail(str(exc), as_json) from None
     status = _status(descriptor)
     detection = _detection(detect({name: descriptor})[0])
     data = {
@@ -165,7 +165,7 @@ def show_cmd(name: str = typer.Argument(..., help="Platform name."), as_json: bo
     emit(data, as_json, human)
 
 
-def _print_report(report: PreflightReport, selection: Optional[Selection]) -> None:
+def _print_report(report: PreflightReport, selection: Selection | None) -> None:
     if selection is not None:
         console.print(f"platform: [bold]{report.platform}[/] ({selection.reason})")
     table = Table(title=f"preflight: {report.platform}")
@@ -182,7 +182,7 @@ def _print_report(report: PreflightReport, selection: Optional[Selection]) -> No
 
 @app.command("preflight")
 def preflight_cmd(
-    name: Optional[str] = typer.Argument(None, help="Platform name (default: the platform selected here)."),
+    name: str | None = typer.Argument(None, help="Platform name (default: the platform selected here)."),
     matrix: bool = typer.Option(False, "--matrix", help="Print the Markdown compatibility matrix of all platforms."),
     as_json: bool = JsonOption,
 ) -> None:
@@ -202,14 +202,14 @@ def preflight_cmd(
         if errors:
             raise typer.Exit(1)
         return
-    selection: Optional[Selection] = None
+    selection: Selection | None = None
     try:
         if name is None:
             selection = select_platform()
             name = selection.name
         descriptor = load_platform(name)
     except PlatformError as exc:
-        raise fail(str(exc), as_json)
+        raise fail(str(exc), as_json) from None
     report = preflight(descriptor)
     data = report.to_dict()
     if selection is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -69,10 +69,10 @@ class Backing(_Model):
     """The device whose memory and aten kernels back flagos tensors."""
 
     device: BackingDevice = Field(description="Backing device type; the runtime drives cpu and cuda, others load as descriptors only.")
-    virtual_devices: Optional[int] = Field(
+    virtual_devices: int | None = Field(
         None, ge=1, description="Number of flagos devices emulated on the host (cpu backing only; default 2)."
     )
-    note: Optional[str] = Field(None, description="How the backing relates to the vendor's stack.")
+    note: str | None = Field(None, description="How the backing relates to the vendor's stack.")
 
     @model_validator(mode="before")
     @classmethod
@@ -82,7 +82,7 @@ class Backing(_Model):
         return data
 
     @model_validator(mode="after")
-    def _virtual_only_on_cpu(self) -> "Backing":
+    def _virtual_only_on_cpu(self) -> Backing:
         if self.device != "cpu" and self.virtual_devices is not None:
             raise DescriptorError([Issue("only a cpu backing has virtual devices; remove it", ("backing", "virtual_devices"))])
         return self
@@ -119,7 +119,7 @@ class AlwaysRule(_Model):
     always: Literal[True] = Field(description="Always matches (the fallback platform).")
 
 
-def _rule_kind(value: Any) -> Optional[str]:
+def _rule_kind(value: Any) -> str | None:
     if isinstance(value, dict) and len(value) == 1:
         key = next(iter(value))
         return key if key in RULE_KINDS else None
@@ -129,13 +129,13 @@ def _rule_kind(value: Any) -> Optional[str]:
 
 
 Rule = Annotated[
-    Union[
-        Annotated[EnvRule, Tag("env")],
-        Annotated[PythonModuleRule, Tag("python_module")],
-        Annotated[PathExistsRule, Tag("path_exists")],
-        Annotated[CudaDeviceNameRule, Tag("cuda_device_name")],
-        Annotated[AlwaysRule, Tag("always")],
-    ],
+    (
+        Annotated[EnvRule, Tag("env")]
+        | Annotated[PythonModuleRule, Tag("python_module")]
+        | Annotated[PathExistsRule, Tag("path_exists")]
+        | Annotated[CudaDeviceNameRule, Tag("cuda_device_name")]
+        | Annotated[AlwaysRule, Tag("always")]
+    ),
     Discriminator(
         _rule_kind,
         custom_error_type="rule_kind",
@@ -153,14 +153,14 @@ class Detect(_Model):
 
 class Sdk(_Model):
     name: NonEmpty = Field(description="The vendor SDK, e.g. CUDA, CANN, DTK.")
-    version: Optional[str] = Field(None, description="The SDK version the platform is built against.")
-    home_env: Optional[Identifier] = Field(None, description="Variable that points at the SDK install directory.")
+    version: str | None = Field(None, description="The SDK version the platform is built against.")
+    home_env: Identifier | None = Field(None, description="Variable that points at the SDK install directory.")
 
 
 class Environment(_Model):
-    sdk: Optional[Sdk] = None
+    sdk: Sdk | None = None
     variables: dict[str, str] = Field(default_factory=dict, description="Set in the process before the platform loads.")
-    python: Optional[Annotated[str, StringConstraints(pattern=r"^3\.\d+$")]] = Field(
+    python: Annotated[str, StringConstraints(pattern=r"^3\.\d+$")] | None = Field(
         None, description="The one interpreter line the platform's wheels are built for, e.g. '3.12'."
     )
 
@@ -185,7 +185,7 @@ class VendorKernels(_Model):
     module: Annotated[
         str, StringConstraints(pattern=r"^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*|[A-Za-z0-9_./-]+\.py)$")
     ] = Field(description="A file `name.py` relative to the descriptor's folder, or an importable module `pkg.mod`.")
-    package: Optional[PackagePin] = Field(None, description="The distribution that provides the module, when it is installed separately.")
+    package: PackagePin | None = Field(None, description="The distribution that provides the module, when it is installed separately.")
     ops: dict[OpName, Identifier] = Field(
         default_factory=dict, description="aten overload -> function name in the module.", json_schema_extra=_OP_KEYS_ONLY
     )
@@ -206,9 +206,9 @@ class Kernels(_Model):
     """The kernel sets this platform provides (cpu is implicit and always available)."""
 
     native: NativeKernels = Field(default_factory=NativeKernels)
-    flaggems: Optional[FlagGemsKernels] = None
-    vendor: Optional[VendorKernels] = None
-    emulated: Optional[EmulatedKernels] = None
+    flaggems: FlagGemsKernels | None = None
+    vendor: VendorKernels | None = None
+    emulated: EmulatedKernels | None = None
 
     def declared(self) -> tuple[str, ...]:
         """Kernel set names routes may use, in the canonical order (cpu always last)."""
@@ -222,7 +222,7 @@ class Rng(_Model):
 
 class Distributed(_Model):
     backend: DistributedBackend = "none"
-    library: Optional[str] = Field(None, description="The collective library underneath the backend.")
+    library: str | None = Field(None, description="The collective library underneath the backend.")
     features: list[DistributedFeature] = Field(default_factory=list)
 
 
@@ -245,7 +245,7 @@ class Capabilities(_Model):
     profiler: Profiler = Field(default_factory=Profiler)
 
     @model_validator(mode="after")
-    def _amp_in_dtypes(self) -> "Capabilities":
+    def _amp_in_dtypes(self) -> Capabilities:
         for i, dtype in enumerate(self.amp_dtypes):
             if dtype not in self.dtypes:
                 raise DescriptorError([Issue(f"{dtype!r} is not in capabilities.dtypes", ("capabilities", "amp_dtypes", i))])
@@ -268,11 +268,11 @@ class Ci(_Model):
     runner_labels: list[NonEmpty] = Field(min_length=1, description="Labels of the CI runner that has the board.")
     setup: list[str] = Field(default_factory=list, description="Shell lines run before the conformance run.")
     timeout_minutes: int = Field(60, ge=1)
-    conformance_args: Optional[str] = Field(None, description="Extra arguments for `torch-fl conformance run`.")
+    conformance_args: str | None = Field(None, description="Extra arguments for `torch-fl conformance run`.")
 
 
 class Requirements(_Model):
-    python: Optional[VersionSpec] = None
+    python: VersionSpec | None = None
     torch: VersionSpec = Field(description="Supported torch versions, e.g. '>=2.11'.")
     packages: dict[NonEmpty, VersionSpec] = Field(default_factory=dict, description="Distribution name -> version specifier.")
 
@@ -298,13 +298,13 @@ class PlatformDescriptor(_Model):
     routes: Routes = Field(default_factory=Routes)
     ci: Ci
     requirements: Requirements
-    notes: Optional[str] = None
+    notes: str | None = None
     sources: list[str] = Field(default_factory=list, description="Where the facts in this descriptor come from.")
 
-    _source: Optional[Path] = PrivateAttr(None)
+    _source: Path | None = PrivateAttr(None)
 
     @model_validator(mode="after")
-    def _routes_use_declared_sets(self) -> "PlatformDescriptor":
+    def _routes_use_declared_sets(self) -> PlatformDescriptor:
         declared = self.kernels.declared()
         issues = []
         places = [(("routes", "defaults", i), s) for i, s in enumerate(self.routes.defaults)]
@@ -318,12 +318,12 @@ class PlatformDescriptor(_Model):
         return self
 
     @property
-    def source_path(self) -> Optional[Path]:
+    def source_path(self) -> Path | None:
         """The platform.yaml this model was loaded from (None when built in code)."""
         return self._source
 
     @property
-    def directory(self) -> Optional[Path]:
+    def directory(self) -> Path | None:
         """The platform's folder, where routes, records and vendor modules live."""
         return self._source.parent if self._source is not None else None
 

@@ -10,9 +10,9 @@ import importlib.util
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
 
 from torch_fl.platform.descriptor import (
     AlwaysRule,
@@ -30,7 +30,7 @@ class RuleResult:
     """One rule's outcome: matched True/False, or None when it could not be evaluated here."""
 
     rule: str
-    matched: Optional[bool]
+    matched: bool | None
     reason: str
 
 
@@ -53,7 +53,7 @@ class Detection:
         return "; ".join(f"{r.rule}: {r.reason}" for r in shown) or "no detection rules"
 
 
-def _cuda_device_names() -> tuple[Optional[list[str]], str]:
+def _cuda_device_names() -> tuple[list[str] | None, str]:
     torch = sys.modules.get("torch")
     if torch is None:
         return None, "skipped: torch is not imported"

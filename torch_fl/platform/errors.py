@@ -1,11 +1,11 @@
 """Errors of the platform layer, worded so a person can fix the file they name."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, Union
 
-Loc = tuple[Union[str, int], ...]
+Loc = tuple[str | int, ...]
 
 
 class PlatformError(Exception):

@@ -9,8 +9,9 @@ kernel set, and a warning.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from torch_fl import env
 from torch_fl.platform.descriptor import PlatformDescriptor
@@ -19,7 +20,7 @@ from torch_fl.platform.record import RecordStatus, installed_kernel_versions, re
 ALWAYS_ALLOWED = frozenset({"native", "cpu"})
 
 
-def _dtype_name(dtype: Any) -> Optional[str]:
+def _dtype_name(dtype: Any) -> str | None:
     """`torch.float32` or `"float32"` -> `"float32"`, without importing torch."""
     return None if dtype is None else str(dtype).removeprefix("torch.")
 
@@ -32,7 +33,7 @@ class Gate:
         self.status = status
         self.forced = forced and status.state != "valid"
         self._declared = frozenset(descriptor.kernels.declared())
-        self._proven: dict[tuple[Optional[str], Optional[str], str], bool] = {}
+        self._proven: dict[tuple[str | None, str | None, str], bool] = {}
         if status.state == "valid" and status.record is not None:
             for case in status.record.cases:
                 if case.path is None or case.path in ALWAYS_ALLOWED or case.status == "skipped":
@@ -44,11 +45,11 @@ class Gate:
     def for_platform(
         cls,
         descriptor: PlatformDescriptor,
-        torch_version: Optional[str],
-        directory: Optional[Path] = None,
-        kernel_versions: Optional[Mapping[str, Optional[str]]] = None,
-        forced: Optional[bool] = None,
-    ) -> "Gate":
+        torch_version: str | None,
+        directory: Path | None = None,
+        kernel_versions: Mapping[str, str | None] | None = None,
+        forced: bool | None = None,
+    ) -> Gate:
         """Build the gate from the platform's folder, the running torch and the installed kernels.
 
         `forced` defaults to FLAGOS_ALLOW_UNVALIDATED; `kernel_versions` to the installed ones.
@@ -74,7 +75,7 @@ class Gate:
             return True
         return self._proven.get((op, _dtype_name(dtype), path), False)
 
-    def warning(self) -> Optional[str]:
+    def warning(self) -> str | None:
         """The one-line warning the runtime prints once, or None when the record is valid."""
         if self.status.state == "valid":
             return None

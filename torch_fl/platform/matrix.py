@@ -6,8 +6,8 @@ it cannot claim more than the files say. Status comes from the records alone: a 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import astuple, dataclass
-from typing import Mapping
 
 from torch_fl.platform.descriptor import PlatformDescriptor
 from torch_fl.platform.record import STATUS_WORDS, RecordStatus, load_record, record_lines, record_status

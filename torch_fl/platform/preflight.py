@@ -9,7 +9,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from torch_fl.platform.descriptor import RUNTIME_BACKINGS, PlatformDescriptor
 from torch_fl.platform.record import installed_version
@@ -46,7 +46,7 @@ def _package(name: str, spec: str, why: str) -> Check:
     return Check(name, ok, spec, found or "not installed", "" if ok else f'{why}: pip install "{name}{spec}"')
 
 
-def _python(descriptor: PlatformDescriptor) -> Optional[Check]:
+def _python(descriptor: PlatformDescriptor) -> Check | None:
     line, spec = descriptor.environment.python, descriptor.requirements.python
     if line is None and spec is None:
         return None
@@ -57,7 +57,7 @@ def _python(descriptor: PlatformDescriptor) -> Optional[Check]:
     return Check("python", ok, expected, found, hint)
 
 
-def _sdk(descriptor: PlatformDescriptor) -> Optional[Check]:
+def _sdk(descriptor: PlatformDescriptor) -> Check | None:
     sdk = descriptor.environment.sdk
     if sdk is None or sdk.home_env is None:
         return None

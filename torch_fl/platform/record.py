@@ -11,9 +11,10 @@ import hashlib
 import importlib.metadata
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -36,12 +37,12 @@ class Case(BaseModel):
 
     id: str
     suite: str
-    op: Optional[str] = None
-    dtype: Optional[str] = None
-    path: Optional[str] = None
+    op: str | None = None
+    dtype: str | None = None
+    path: str | None = None
     status: CaseStatus
     message: str = ""
-    fingerprint: Optional[str] = None
+    fingerprint: str | None = None
     duration_s: float = 0.0
 
 
@@ -57,7 +58,7 @@ class Record(BaseModel):
     torch_version: str
     kernel_libraries: dict[str, str] = {}
     started: str
-    finished: Optional[str] = None
+    finished: str | None = None
     complete: bool
     machine: dict[str, Any] = {}
     cases: list[Case] = []
@@ -86,7 +87,7 @@ def record_path(directory: Path, torch_line: str) -> Path:
     return Path(directory) / RECORDS_DIR / f"torch-{torch_line}.json"
 
 
-def load_record(directory: Path, torch_line: str) -> Optional[Record]:
+def load_record(directory: Path, torch_line: str) -> Record | None:
     """The record for `torch_line`, None when there is none; a malformed file is a RecordError."""
     path = record_path(directory, torch_line)
     if not path.is_file():
@@ -118,7 +119,7 @@ def kernel_libraries(descriptor: PlatformDescriptor) -> dict[str, str]:
     return libs
 
 
-def installed_version(distribution: str) -> Optional[str]:
+def installed_version(distribution: str) -> str | None:
     """The installed version of a distribution (read from metadata, nothing is imported)."""
     try:
         return importlib.metadata.version(distribution)
@@ -126,7 +127,7 @@ def installed_version(distribution: str) -> Optional[str]:
         return None
 
 
-def installed_kernel_versions(descriptor: PlatformDescriptor) -> dict[str, Optional[str]]:
+def installed_kernel_versions(descriptor: PlatformDescriptor) -> dict[str, str | None]:
     """The installed versions of the descriptor's kernel libraries (None: not installed)."""
     return {name: installed_version(name) for name in kernel_libraries(descriptor)}
 
@@ -137,32 +138,35 @@ class RecordStatus:
 
     state: RecordState
     reasons: list[str] = field(default_factory=list)
-    record: Optional[Record] = None
-    torch_line: Optional[str] = None
+    record: Record | None = None
+    torch_line: str | None = None
 
 
 def record_status(
     descriptor: PlatformDescriptor,
     directory: Path,
-    torch_version: Optional[str],
-    kernel_versions: Mapping[str, Optional[str]],
+    torch_version: str | None,
+    kernel_versions: Mapping[str, str | None],
 ) -> RecordStatus:
     """Compare the record for `torch_version`'s line with the descriptor and the installed kernels.
 
     `kernel_versions` maps each kernel library to its installed version (None: not installed).
     With no record for this torch line but one for another line, the newest other record is
-    returned as stale (the torch line differs); with none at all, the state is "missing".
+    returned as stale (the torch line differs); with none at all, the state is "missing". An
+    unreadable record is stale, so callers that only gate never have to handle RecordError.
     """
     line = minor_line(torch_version) if torch_version else None
-    record = load_record(directory, line) if line else None
-    reasons: list[str] = []
-    if record is None:
-        others = record_lines(directory)
-        if not others:
-            why = f"no {RECORDS_DIR}/torch-{line}.json" if line else "no record, and torch is not installed"
-            return RecordStatus("missing", [why], None, line)
-        record = load_record(directory, others[0])
+    candidates = ([line] if line and record_path(directory, line).is_file() else []) or record_lines(directory)[:1]
+    if not candidates:
+        why = f"no {RECORDS_DIR}/torch-{line}.json" if line else "no record, and torch is not installed"
+        return RecordStatus("missing", [why], None, line)
+    try:
+        record = load_record(directory, candidates[0])
+    except RecordError as exc:
+        # An unreadable record proves nothing, but must not stop native and cpu from running.
+        return RecordStatus("stale", [f"unreadable record: {exc}"], None, candidates[0])
     assert record is not None
+    reasons: list[str] = []
     if record.platform != descriptor.name:
         reasons.append(f"record is for platform {record.platform!r}")
     if record.descriptor_hash != descriptor_hash(descriptor):

@@ -1,8 +1,8 @@
 """Decide which platform is active here: FLAGOS_PLATFORM if set, else the detection rules."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
 
 from torch_fl import env
 from torch_fl.platform.descriptor import PlatformDescriptor
@@ -21,9 +21,9 @@ class Selection:
 
 
 def select_platform(
-    descriptors: Optional[Mapping[str, PlatformDescriptor]] = None,
-    detections: Optional[list[Detection]] = None,
-    broken: Optional[Mapping[str, DescriptorError]] = None,
+    descriptors: Mapping[str, PlatformDescriptor] | None = None,
+    detections: list[Detection] | None = None,
+    broken: Mapping[str, DescriptorError] | None = None,
 ) -> Selection:
     """Select the platform for this process.
 
