@@ -1,0 +1,1 @@
+"""Suites of the conformance run, one module per area."""

@@ -1,0 +1,1 @@
+"""Shipped platform descriptors: one folder per platform, found by torch_fl.platform.discovery."""

@@ -1,0 +1,1 @@
+"""Agent skills shipped with torch-fl: one folder per skill holding its SKILL.md."""

@@ -1,0 +1,125 @@
+"""Activating a platform in this process: choose it, gate it, start the runtime, install routes.
+
+Containment on CUDA machines: registering any PrivateUse1 backend makes it PyTorch's current
+accelerator (at::getAccelerator prefers PrivateUse1 since PyTorch 2.8, pytorch/pytorch#161129),
+after which the autograd engine finds no stream for plain-CUDA nodes and a backward over plain
+CUDA tensors dies on an internal assert. That cannot be undone inside a process, so on a machine
+with a real CUDA device flagos is only registered when asked for (FLAGOS_PLATFORM, or
+`torch_fl.activate()`); a plain `import torch` / `import torch_fl` leaves CUDA untouched.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Optional
+
+from torch_fl import env
+from torch_fl.platform import Gate, PlatformDescriptor, Selection, load_all, select_platform, validate_op_names
+
+CONTAINMENT_NOTE = (
+    "torch_fl: this machine has a CUDA device, so flagos was not registered in this process: registering a "
+    "PrivateUse1 device makes it PyTorch's accelerator and breaks autograd on plain CUDA tensors "
+    "(pytorch/pytorch#161129). Set FLAGOS_PLATFORM=<name> or call torch_fl.activate() to use device='flagos' "
+    "here; run plain-CUDA references in a process that does not."
+)
+
+
+@dataclass
+class ActivePlatform:
+    """What runs in this process: the platform, why it was chosen, and its gate."""
+
+    descriptor: PlatformDescriptor
+    selection: Selection
+    gate: Gate
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.descriptor.name
+
+
+_active: Optional[ActivePlatform] = None
+
+
+def active_platform() -> Optional[ActivePlatform]:
+    return _active
+
+
+def is_active() -> bool:
+    return _active is not None
+
+
+def _real_cuda_present() -> bool:
+    import torch
+
+    return bool(torch.cuda._is_compiled() and torch.cuda.device_count() > 0)
+
+
+def _inside_torch_autoload() -> bool:
+    """True while PyTorch imports backend entry points during its own `import torch`."""
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code.co_name == "_import_device_backends":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def activate(name: Optional[str] = None) -> ActivePlatform:
+    """Activate a platform (by name, else FLAGOS_PLATFORM, else detection) in this process."""
+    global _active
+    if _active is not None:
+        if name is not None and name != _active.name:
+            raise RuntimeError(f"platform {_active.name!r} is already active; a process runs one platform")
+        return _active
+    import torch
+
+    from torch_fl import runtime
+    from torch_fl.routing import router
+
+    descriptors, broken = load_all()
+    if name is not None:
+        if name in broken:
+            raise broken[name]
+        if name not in descriptors:
+            raise KeyError(f"unknown platform {name!r}; known platforms: {', '.join(sorted(descriptors))}")
+        selection = Selection(name, "named in torch_fl.activate()", True)
+    else:
+        selection = select_platform(descriptors, broken=broken)
+    descriptor = descriptors[selection.name]
+    validate_op_names(descriptor)
+    gate = Gate.for_platform(descriptor, torch.__version__)
+    amp_dtypes = [getattr(torch, d) for d in descriptor.capabilities.amp_dtypes]
+    runtime.start(descriptor.backing.device, descriptor.backing.virtual_devices, amp_dtypes)
+    active = ActivePlatform(descriptor, selection, gate)
+    message = gate.warning()
+    if message:
+        active.warnings.append(message)
+        warnings.warn(message, stacklevel=2)
+    router.install(active)
+    _active = active
+    return active
+
+
+def activate_on_import() -> None:
+    """`import torch_fl` and PyTorch's autoload both land here; the containment rule applies."""
+    if _active is not None:
+        return
+    autoloading = _inside_torch_autoload()
+    if not env.get("FLAGOS_PLATFORM") and _real_cuda_present():
+        if not autoloading:
+            warnings.warn(CONTAINMENT_NOTE, stacklevel=3)
+        return
+    try:
+        activate()
+    except Exception as exc:
+        if not autoloading:
+            raise
+        # `import torch` must keep working when flagos cannot start; say why once.
+        warnings.warn(f"torch_fl: flagos was not activated during torch's backend autoload: {exc}", stacklevel=3)
+
+
+def autoload() -> None:
+    """PyTorch's device-backend autoload entry point (group `torch.backends`)."""
+    activate_on_import()

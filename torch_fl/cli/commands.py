@@ -1,0 +1,2 @@
+"""Imports every command module so each registers its commands on the app."""
+from torch_fl.cli import platforms  # noqa: F401

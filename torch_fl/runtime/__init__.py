@@ -1,0 +1,77 @@
+"""The flagos runtime: loads the C++ core and makes `flagos` a PyTorch device.
+
+`start(backing, host_devices)` is the one entry; the platform loader calls it once it knows which
+platform is active. Everything here is generic over the backing device named by the descriptor.
+"""
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+
+from torch_fl.runtime import build
+from torch_fl.runtime.device import amp, core as device_core, random as device_random
+
+BACKEND_NAME = "flagos"
+SUPPORTED_BACKINGS = ("cpu", "cuda")
+_core: ModuleType | None = None
+
+
+def started() -> bool:
+    return _core is not None
+
+
+def core() -> ModuleType:
+    return device_core.core()
+
+
+def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | None = None) -> ModuleType:
+    """Registers the flagos device backed by `backing` ("cpu" or "cuda"). Idempotent."""
+    global _core
+    if _core is not None:
+        if device_core.backing() != backing:
+            raise RuntimeError(f"flagos is already running on '{device_core.backing()}', cannot switch to '{backing}'")
+        return _core
+    if backing not in SUPPORTED_BACKINGS:
+        raise RuntimeError(f"this runtime supports the backings {SUPPORTED_BACKINGS}; the platform asks for '{backing}'")
+    if backing == "cuda":
+        torch.cuda.init()  # the CUDA allocator and generators must exist before flagos wraps them
+    loaded = build.load_core()
+    torch.utils.rename_privateuse1_backend(BACKEND_NAME)
+    loaded.init(backing, host_devices)
+    device_core.bind(loaded, backing)
+    device_random._bind_generators()
+    if amp_dtypes:
+        amp.set_amp_dtypes(amp_dtypes)
+    from torch_fl.runtime import device as device_module
+
+    torch._register_device_module(BACKEND_NAME, device_module)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+    _enable_autocast_passthrough()
+    _core = loaded
+    return loaded
+
+
+_autocast_lib: torch.library.Library | None = None
+
+
+def _enable_autocast_passthrough() -> None:
+    """Ops without an autocast policy must pass through AutocastPrivateUse1 untouched."""
+    global _autocast_lib
+    key = torch._C.DispatchKey.AutocastPrivateUse1
+    if torch._C._dispatch_has_backend_fallback(key):
+        return
+    _autocast_lib = torch.library.Library("_", "IMPL")
+    _autocast_lib.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
+
+
+def as_backing(tensor: torch.Tensor) -> torch.Tensor:
+    """Zero-copy view of a flagos tensor as a tensor of the backing device (same bytes)."""
+    return core().as_backing(tensor)
+
+
+def as_flagos(tensor: torch.Tensor, index: int = -1) -> torch.Tensor:
+    """Zero-copy view of a backing-device tensor as a flagos tensor (same bytes)."""
+    return core().as_flagos(tensor, index)

@@ -1,0 +1,103 @@
+"""Builds the C++ core against the installed torch, once per torch version and source hash.
+
+The core is compiled at first use rather than shipped as a binary, so one checkout serves every
+PyTorch line it supports (no ABI pin). Later imports load the cached library directly, without
+running the build tool, which keeps `import torch` fast.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from torch_fl import env
+
+CSRC = Path(__file__).parent / "csrc"
+MODULE_NAME = "torch_fl_core"
+CFLAGS = ["-O2", "-std=c++20"]
+
+env.register("FLAGOS_BUILD_DIR", None, "Where the compiled C++ core is cached (default: ~/.cache/torch_fl/build).")
+env.register("FLAGOS_BUILD_VERBOSE", "0", "Set to 1 to show the compiler output while the core builds.")
+
+
+class CompilerNotFound(RuntimeError):
+    """No C++ compiler: the core cannot be built."""
+
+
+def sources() -> list[Path]:
+    return sorted(CSRC.glob("*.cpp"))
+
+
+def build_key() -> str:
+    """Changes whenever the library would differ: sources, torch build, Python ABI, flags."""
+    h = hashlib.sha256()
+    for path in sorted(CSRC.iterdir()):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    h.update(torch.__version__.encode())
+    h.update(str(torch._C._GLIBCXX_USE_CXX11_ABI).encode())
+    h.update(sysconfig.get_config_var("EXT_SUFFIX").encode())
+    h.update(" ".join(CFLAGS).encode())
+    return h.hexdigest()[:16]
+
+
+def build_dir() -> Path:
+    root = env.get("FLAGOS_BUILD_DIR") or os.path.join(Path.home(), ".cache", "torch_fl", "build")
+    tag = torch.__version__.replace("+", "_")
+    return Path(root) / f"torch-{tag}-{build_key()}"
+
+
+def _library(directory: Path) -> Path:
+    return directory / f"{MODULE_NAME}.so"
+
+
+def _import_library(path: Path) -> ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(path))
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, str(path), loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def _check_compiler() -> None:
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        raise CompilerNotFound(
+            f"torch_fl builds its small C++ core once per torch version and needs a C++ compiler, but "
+            f"'{compiler}' was not found. Install one (Debian/Ubuntu: `apt install g++`; Fedora: "
+            f"`dnf install gcc-c++`; conda: `conda install -c conda-forge gxx_linux-64`) or point CXX at it."
+        )
+
+
+def load_core() -> ModuleType:
+    """Returns the compiled core, building it first if this torch/source combination is new."""
+    directory = build_dir()
+    library = _library(directory)
+    if library.exists():
+        return _import_library(library)
+    _check_compiler()
+    directory.mkdir(parents=True, exist_ok=True)
+    print(
+        f"torch_fl: building the flagos core for torch {torch.__version__} (once; about a minute) in {directory}",
+        file=sys.stderr,
+        flush=True,
+    )
+    from torch.utils import cpp_extension
+
+    return cpp_extension.load(
+        name=MODULE_NAME,
+        sources=[str(p) for p in sources()],
+        extra_cflags=CFLAGS,
+        build_directory=str(directory),
+        verbose=env.flag("FLAGOS_BUILD_VERBOSE"),
+        is_python_module=True,
+    )

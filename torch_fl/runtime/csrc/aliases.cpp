@@ -1,0 +1,108 @@
+// The backing state and zero-copy aliases between flagos and backing tensors: the same bytes seen
+// with another device label, which is what lets any backing kernel run on flagos memory.
+#include "backing.h"
+
+#include <ATen/ATen.h>
+
+namespace torch_fl {
+namespace {
+
+Backing g_backing;
+
+// A TensorImpl over `dp` with the geometry, dtype and conj/neg bits of `like`.
+at::Tensor wrap(const at::Tensor& like, c10::DataPtr&& dp, size_t nbytes, c10::DispatchKey key,
+                c10::Allocator* allocator, bool resizable) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(dp), allocator, resizable);
+  auto r = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
+  r.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (like.is_conj()) r._set_conj(true);
+  if (like.is_neg()) r._set_neg(true);
+  return r;
+}
+
+void delete_storage(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
+
+// An owning alias keeps the aliased storage alive through its DataPtr context.
+at::Tensor owning_alias(const at::Tensor& t, c10::Device device, c10::DispatchKey key, c10::Allocator* a,
+                        bool resizable) {
+  auto* keep = new c10::Storage(t.storage());
+  void* data = keep->mutable_data();
+  return wrap(t, c10::DataPtr(data, keep, &delete_storage, device), keep->nbytes(), key, a, resizable);
+}
+
+}  // namespace
+
+const Backing& backing() { return g_backing; }
+
+void set_backing(c10::DeviceType type, c10::DeviceIndex host_devices) {
+  TORCH_CHECK(!g_backing.initialized, "the flagos backing is set once per process");
+  TORCH_CHECK(type == c10::DeviceType::CPU || type == c10::DeviceType::CUDA,
+              "flagos supports the backing devices cpu and cuda; got ", type);
+  TORCH_CHECK(host_devices >= 1 && host_devices <= 16, "host_devices must be in [1, 16]");
+  g_backing.type = type;
+  g_backing.key = type == c10::DeviceType::CPU ? c10::DispatchKey::CPU : c10::DispatchKey::CUDA;
+  g_backing.host_devices = host_devices;
+  g_backing.initialized = true;
+}
+
+c10::Device to_backing(c10::Device d) {
+  if (host_backed()) return c10::Device(c10::DeviceType::CPU);
+  return {backing().type, d.has_index() ? d.index() : current_index()};
+}
+
+c10::Device to_flagos(c10::Device backing_device, c10::DeviceIndex host_index) {
+  if (host_backed()) return {kFlagos, host_index >= 0 ? host_index : current_index()};
+  return {kFlagos, backing_device.index()};
+}
+
+at::Tensor as_backing(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kFlagos) return t;
+  return owning_alias(t, to_backing(t.device()), backing().key, c10::GetAllocator(backing().type), false);
+}
+
+at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index) {
+  if (!t.defined() || t.device().type() != backing().type) return t;
+  return owning_alias(t, to_flagos(t.device(), host_index), c10::DispatchKey::PrivateUse1, flagos_allocator(), true);
+}
+
+at::Tensor borrow_as_backing(const at::Tensor& t) {
+  const c10::Storage& s = t.storage();
+  // Resizable through the backing allocator: an out= kernel may grow it; the caller then moves the
+  // new buffer into the flagos storage.
+  return wrap(t, c10::DataPtr(s.mutable_data(), to_backing(t.device())), s.nbytes(), backing().key,
+              c10::GetAllocator(backing().type), true);
+}
+
+at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
+  if (!t.defined() || t.device().type() != backing().type) return std::move(t);
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const c10::Storage& storage = impl->storage();
+  if (t.use_count() != 1 || storage.use_count() != 1 || !storage.resizable()) return as_flagos(t, host_index);
+  // Nobody else sees this buffer: relabel it in place instead of aliasing (no keep-alive object,
+  // and the CUDA caching allocator keeps ownership so record_stream still works).
+  c10::StorageImpl* si = storage.unsafeGetStorageImpl();
+  const auto dev = to_flagos(t.device(), host_index);
+  if (host_backed()) {
+    const size_t n = si->nbytes();
+    c10::DataPtr inner = si->set_data_ptr(c10::DataPtr(nullptr, si->device()));
+    si->set_data_ptr_noswap(track_host(std::move(inner), n, dev.index()));
+  } else {
+    si->mutable_data_ptr().unsafe_set_device(dev);
+  }
+  si->set_allocator(flagos_allocator());
+  auto r = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                    t.dtype());
+  r.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return r;
+}
+
+at::Tensor rebase_view(const at::Tensor& view, const c10::Storage& flagos_storage) {
+  auto r = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(flagos_storage),
+                                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), view.dtype());
+  r.unsafeGetTensorImpl()->set_sizes_and_strides(view.sizes(), view.strides(), view.storage_offset());
+  if (view.is_conj()) r._set_conj(true);
+  if (view.is_neg()) r._set_neg(true);
+  return r;
+}
+
+}  // namespace torch_fl

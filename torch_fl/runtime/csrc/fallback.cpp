@@ -1,0 +1,360 @@
+// The C++ routes, registered as the PrivateUse1 boxed fallback so that every op without a Python
+// route kernel lands here:
+//   native: run the backing device's own aten kernel on zero-copy aliases (no Python, no copies);
+//   cpu:    the explicit CPU fallback for ops the backing lacks (or forced per op): copy to the
+//           host, run PyTorch's CPU kernel, copy back; counted and optionally logged.
+#include "backing.h"
+
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+#include <c10/util/SmallVector.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace torch_fl {
+namespace {
+
+enum class Arg : uint8_t { kOther, kTensor, kWrite, kList, kGenerator, kDevice };
+
+// What the routes need to know about one op's schema, computed once per op.
+struct OpInfo {
+  std::string name;
+  std::vector<Arg> args;
+  int generator_arg = -1;
+  bool backing_has_kernel = true;
+  std::atomic<bool> force_cpu{false};
+  std::atomic<bool> logged{false};
+  std::atomic<uint64_t> native_calls{0};
+  std::atomic<uint64_t> cpu_calls{0};
+};
+
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<const void*, std::unique_ptr<OpInfo>> by_schema;
+  std::unordered_set<std::string> forced_cpu;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+std::atomic<bool> g_log_cpu{false};
+
+std::string full_name(const c10::OperatorHandle& op) {
+  const auto& n = op.operator_name();
+  return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+}
+
+OpInfo& info_for(const c10::OperatorHandle& op) {
+  // A per-thread cache keeps the shared map (and its lock) off the hot path.
+  thread_local std::unordered_map<const void*, OpInfo*> cache;
+  const void* key = &op.schema();
+  if (auto it = cache.find(key); it != cache.end()) return *it->second;
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  auto& slot = r.by_schema[key];
+  if (!slot) {
+    auto info = std::make_unique<OpInfo>();
+    info->name = full_name(op);
+    const auto& schema = op.schema();
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+      const auto& a = schema.arguments()[i];
+      const auto kind = a.type()->kind();
+      const auto* alias = a.alias_info();
+      Arg arg = Arg::kOther;
+      if (kind == c10::TypeKind::TensorType) {
+        arg = alias && alias->isWrite() ? Arg::kWrite : Arg::kTensor;
+      } else if (kind == c10::TypeKind::ListType || kind == c10::TypeKind::OptionalType) {
+        arg = Arg::kList;  // lists and optionals are inspected value by value
+      } else if (kind == c10::TypeKind::GeneratorType) {
+        arg = Arg::kGenerator;
+      } else if (kind == c10::TypeKind::DeviceObjType) {
+        arg = Arg::kDevice;
+      }
+      if (a.name() == "generator") {
+        arg = Arg::kGenerator;
+        info->generator_arg = static_cast<int>(i);
+      }
+      info->args.push_back(arg);
+    }
+    info->backing_has_kernel = op.hasKernelForDispatchKey(backing().key);
+    info->force_cpu = r.forced_cpu.count(info->name) != 0;
+    slot = std::move(info);
+  }
+  cache.emplace(key, slot.get());
+  return *slot;
+}
+
+bool is_flagos(const at::Tensor& t) { return t.defined() && t.device().type() == kFlagos; }
+
+// One flagos argument replaced by a backing alias for the duration of the call.
+struct Swap {
+  c10::TensorImpl* alias_impl;
+  c10::StorageImpl* alias_storage;
+  void* alias_data;
+  at::Tensor original;
+  bool written;
+  at::Tensor alias;
+};
+
+void note_device(c10::DeviceIndex& seen, const at::Tensor& t) {
+  const auto i = t.device().index();
+  if (seen < 0) {
+    seen = i;
+  } else if (host_backed() && seen != i && t.dim() > 0) {
+    // Virtual host devices share one address space; refuse mixing as a real accelerator would.
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, flagos:",
+                static_cast<int>(seen), " and flagos:", static_cast<int>(i), "!");
+  }
+}
+
+// After the call: a write argument whose alias was resized or restrided hands that back.
+void write_back(Swap& s) {
+  c10::StorageImpl* alias_si = s.alias_storage;
+  c10::TensorImpl* orig = s.original.unsafeGetTensorImpl();
+  if (alias_si->data() != s.alias_data) {
+    const size_t n = alias_si->nbytes();
+    c10::DataPtr grown = alias_si->set_data_ptr(c10::DataPtr(nullptr, alias_si->device()));
+    c10::StorageImpl* target = s.original.storage().unsafeGetStorageImpl();
+    const auto dev = c10::Device(kFlagos, s.original.device().index());
+    if (host_backed()) {
+      target->set_data_ptr_noswap(track_host(std::move(grown), n, dev.index()));
+    } else {
+      grown.unsafe_set_device(dev);
+      target->set_data_ptr_noswap(std::move(grown));
+    }
+    target->set_nbytes(n);
+  }
+  const auto* alias = s.alias.unsafeGetTensorImpl();
+  if (alias->sizes() != orig->sizes() || alias->strides() != orig->strides() ||
+      alias->storage_offset() != orig->storage_offset()) {
+    orig->set_sizes_and_strides(alias->sizes(), alias->strides(), alias->storage_offset());
+  }
+}
+
+at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index) {
+  if (!t.defined() || t.device().type() != backing().type) return std::move(t);
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  for (auto& s : swaps) {
+    if (s.alias_impl == impl) return s.original;  // in-place and out= ops return their argument
+  }
+  const c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
+  for (auto& s : swaps) {
+    if (s.alias_storage == storage) return rebase_view(t, s.original.storage());  // a view of an input
+  }
+  return adopt_as_flagos(std::move(t), index);
+}
+
+void map_results(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::SmallVectorImpl<Swap>& swaps,
+                 c10::DeviceIndex index) {
+  const size_t n = op.schema().returns().size();
+  const size_t base = stack->size() - n;
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& iv = (*stack)[base + i];
+    if (iv.isTensor()) {
+      iv = to_flagos_result(std::move(iv).toTensor(), swaps, index);
+    } else if (iv.isTensorList()) {
+      auto list = std::move(iv).toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) list.set(j, to_flagos_result(list.extract(j), swaps, index));
+      iv = std::move(list);
+    }
+  }
+}
+
+// Replaces flagos tensors inside a list or optional argument.
+template <typename F>
+void map_list(c10::IValue& iv, F&& fn) {
+  if (iv.isTensor()) {
+    if (is_flagos(iv.toTensor())) iv = fn(iv.toTensor());
+  } else if (iv.isTensorList()) {
+    auto list = iv.toTensorList();
+    c10::List<at::Tensor> out;
+    out.reserve(list.size());
+    for (const at::Tensor& t : list) out.push_back(is_flagos(t) ? fn(t) : t);
+    iv = std::move(out);
+  } else if (iv.isList()) {
+    auto list = iv.toList();
+    c10::impl::GenericList out(list.elementType());
+    out.reserve(list.size());
+    for (const c10::IValue& e : list) out.push_back(e.isTensor() && is_flagos(e.toTensor()) ? c10::IValue(fn(e.toTensor())) : e);
+    iv = std::move(out);
+  }
+}
+
+void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& info);
+
+void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpInfo& info = info_for(op);
+  if (!info.backing_has_kernel || info.force_cpu.load(std::memory_order_relaxed)) return cpu_route(op, stack, info);
+  info.native_calls.fetch_add(1, std::memory_order_relaxed);
+
+  const size_t n = info.args.size();
+  const size_t base = stack->size() - n;
+  c10::SmallVector<Swap, 6> swaps;
+  c10::DeviceIndex index = -1;
+  auto borrow = [&](const at::Tensor& t, bool written) {
+    note_device(index, t);
+    at::Tensor alias = borrow_as_backing(t);
+    c10::StorageImpl* si = alias.storage().unsafeGetStorageImpl();
+    swaps.push_back(Swap{alias.unsafeGetTensorImpl(), si, const_cast<void*>(si->data()), t, written, alias});
+    return alias;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& iv = (*stack)[base + i];
+    switch (info.args[i]) {
+      case Arg::kTensor:
+      case Arg::kWrite:
+        if (iv.isTensor() && is_flagos(iv.toTensor())) iv = borrow(iv.toTensor(), info.args[i] == Arg::kWrite);
+        break;
+      case Arg::kList:
+        map_list(iv, [&](const at::Tensor& t) { return borrow(t, false); });
+        break;
+      case Arg::kGenerator:
+        if (iv.isGenerator()) iv = backing_generator(iv.toGenerator());
+        break;
+      case Arg::kDevice:
+        if (iv.isDevice() && iv.toDevice().type() == kFlagos) iv = to_backing(iv.toDevice());
+        break;
+      case Arg::kOther:
+        break;
+    }
+  }
+  if (info.generator_arg >= 0) {
+    // No generator given: draw from the flagos default generator of the op's device.
+    c10::IValue& g = (*stack)[base + info.generator_arg];
+    if (g.isNone()) g = backing_generator(default_generator(index));
+  }
+  {
+    RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>());
+    op.callBoxed(stack);
+  }
+  for (auto& s : swaps) {
+    if (s.written) write_back(s);
+  }
+  map_results(op, stack, swaps, index >= 0 ? index : current_index());
+}
+
+void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& info) {
+  info.cpu_calls.fetch_add(1, std::memory_order_relaxed);
+  if (g_log_cpu.load(std::memory_order_relaxed) && !info.logged.exchange(true)) {
+    std::cerr << "torch_fl: cpu fallback for " << info.name
+              << (info.backing_has_kernel ? " (forced by route)" : " (no kernel on the backing device)") << std::endl;
+  }
+  const size_t n = info.args.size();
+  const size_t base = stack->size() - n;
+  // (host copy, flagos original) for every written argument: results are copied back into them.
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 4> written;
+  c10::DeviceIndex index = -1;
+  auto to_host = [&](const at::Tensor& t) {
+    note_device(index, t);
+    return borrow_as_backing(t).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& iv = (*stack)[base + i];
+    switch (info.args[i]) {
+      case Arg::kTensor:
+      case Arg::kWrite:
+        if (iv.isTensor() && is_flagos(iv.toTensor())) {
+          at::Tensor original = iv.toTensor();
+          at::Tensor host = to_host(original);
+          if (info.args[i] == Arg::kWrite) written.emplace_back(host, original);
+          iv = host;
+        }
+        break;
+      case Arg::kList:
+        map_list(iv, to_host);
+        break;
+      case Arg::kGenerator:
+        // Host generators only: a flagos generator drives one when the backing is the host.
+        if (iv.isGenerator() && iv.toGenerator().device().type() == kFlagos) {
+          iv = host_backed() ? c10::IValue(backing_generator(iv.toGenerator())) : c10::IValue();
+        }
+        break;
+      case Arg::kDevice:
+        if (iv.isDevice() && iv.toDevice().type() == kFlagos) iv = c10::Device(at::kCPU);
+        break;
+      case Arg::kOther:
+        break;
+    }
+  }
+  if (index < 0) index = current_index();
+  {
+    RECORD_FUNCTION("flagos.route.cpu", std::vector<c10::IValue>());
+    op.callBoxed(stack);
+  }
+  for (auto& [host, original] : written) {
+    if (host.sizes() != original.sizes()) original.resize_(host.sizes());
+    original.copy_(host);
+  }
+  const size_t nr = op.schema().returns().size();
+  const size_t rb = stack->size() - nr;
+  auto back = [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || t.device().type() != at::kCPU) return t;
+    for (auto& [host, original] : written) {
+      if (host.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return original;
+    }
+    at::Tensor out = at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::Device(kFlagos, index)));
+    return out.copy_(t);
+  };
+  for (size_t i = 0; i < nr; ++i) {
+    c10::IValue& iv = (*stack)[rb + i];
+    if (iv.isTensor()) {
+      iv = back(iv.toTensor());
+    } else if (iv.isTensorList()) {
+      auto list = iv.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) list.set(j, back(list.get(j)));
+    }
+  }
+}
+
+}  // namespace
+
+void enable_native_route() {
+  static torch::Library lib(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  static bool done = false;
+  if (done) return;
+  lib.fallback(torch::CppFunction::makeFromBoxedFunction<&native_route>());
+  done = true;
+}
+
+std::vector<RouteCounts> route_counts() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  std::vector<RouteCounts> out;
+  for (auto& [key, info] : r.by_schema) {
+    const auto native = info->native_calls.load(), cpu = info->cpu_calls.load();
+    if (native || cpu) out.push_back({info->name, native, cpu});
+  }
+  return out;
+}
+
+void reset_route_counts() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  for (auto& [key, info] : r.by_schema) {
+    info->native_calls = 0;
+    info->cpu_calls = 0;
+  }
+}
+
+void set_cpu_route(const std::string& op, bool on) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> g(r.mu);
+  if (on) {
+    r.forced_cpu.insert(op);
+  } else {
+    r.forced_cpu.erase(op);
+  }
+  for (auto& [key, info] : r.by_schema) {
+    if (info->name == op) info->force_cpu = on;
+  }
+}
+
+void set_log_cpu_fallback(bool on) { g_log_cpu = on; }
+
+}  // namespace torch_fl

@@ -1,0 +1,73 @@
+// Python bindings of the flagos core (torch_fl.runtime._C).
+#include "backing.h"
+
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+namespace {
+
+using namespace torch_fl;
+
+void init(const std::string& device, int host_devices) {
+  set_backing(c10::Device(device).type(), static_cast<c10::DeviceIndex>(host_devices));
+  register_allocator();
+  register_guard();
+  register_hooks();
+  register_backing_kernels();
+  enable_native_route();
+}
+
+py::object wrap_generator(const at::Generator& g) {
+  return py::reinterpret_steal<py::object>(THPGenerator_Wrap(g));
+}
+
+py::dict stats(int index) {
+  const auto s = device_stats(static_cast<c10::DeviceIndex>(index));
+  constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  py::dict d;
+  auto put = [&](const char* name, const c10::CachingAllocator::Stat& stat) {
+    d[(std::string(name) + ".current").c_str()] = stat.current;
+    d[(std::string(name) + ".peak").c_str()] = stat.peak;
+    d[(std::string(name) + ".allocated").c_str()] = stat.allocated;
+    d[(std::string(name) + ".freed").c_str()] = stat.freed;
+  };
+  put("allocated_bytes.all", s.allocated_bytes[all]);
+  put("reserved_bytes.all", s.reserved_bytes[all]);
+  put("active_bytes.all", s.active_bytes[all]);
+  put("requested_bytes.all", s.requested_bytes[all]);
+  put("allocation.all", s.allocation[all]);
+  put("segment.all", s.segment[all]);
+  put("active.all", s.active[all]);
+  d["num_alloc_retries"] = s.num_alloc_retries;
+  d["num_ooms"] = s.num_ooms;
+  d["num_device_alloc"] = s.num_device_alloc;
+  d["num_device_free"] = s.num_device_free;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "flagos core: allocator, guard, generators, structural kernels and the C++ routes";
+  m.def("init", &init, py::arg("device"), py::arg("host_devices"));
+  m.def("device_count", [] { return static_cast<int>(device_count()); });
+  m.def("current_device", [] { return static_cast<int>(current_index()); });
+  m.def("as_backing", &as_backing, "zero-copy alias of a flagos tensor on the backing device");
+  m.def("as_flagos", &as_flagos, py::arg("tensor"), py::arg("host_index") = -1,
+        "zero-copy alias of a backing tensor as a flagos tensor");
+  m.def("default_generator", [](int i) { return wrap_generator(default_generator(static_cast<c10::DeviceIndex>(i))); });
+  m.def("backing_generator", [](py::object g) {
+    return wrap_generator(backing_generator(THPGenerator_Unwrap(g.ptr())));
+  });
+  m.def("memory_stats", &stats);
+  m.def("reset_peak_memory_stats", [](int i) { reset_peak_stats(static_cast<c10::DeviceIndex>(i)); });
+  m.def("reset_accumulated_memory_stats", [](int i) { reset_accumulated_stats(static_cast<c10::DeviceIndex>(i)); });
+  m.def("route_counts", [] {
+    py::dict d;
+    for (const auto& c : route_counts()) d[py::str(c.op)] = py::make_tuple(c.native, c.cpu);
+    return d;
+  });
+  m.def("reset_route_counts", &reset_route_counts);
+  m.def("set_cpu_route", &set_cpu_route, py::arg("op"), py::arg("on"));
+  m.def("set_log_cpu_fallback", &set_log_cpu_fallback);
+}

@@ -1,0 +1,151 @@
+// The structural kernels: allocation, views, resizing, copies and scalar reads. They act on
+// flagos tensors themselves (views share the flagos storage), never through the native route.
+#include "backing.h"
+
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/is_set_to_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+namespace torch_fl {
+namespace {
+
+const auto kFlagosKeys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+
+at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
+                               std::optional<at::Device> device, std::optional<bool>,
+                               std::optional<at::MemoryFormat> memory_format) {
+  c10::OptionalDeviceGuard guard(device);
+  return at::detail::empty_generic(size, flagos_allocator(), kFlagosKeys, c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout>, std::optional<at::Device> device, std::optional<bool>) {
+  c10::OptionalDeviceGuard guard(device);
+  return at::detail::empty_strided_generic(size, stride, flagos_allocator(), kFlagosKeys, c10::dtype_or_default(dtype));
+}
+
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+const at::Tensor& resize(const at::Tensor& self, c10::SymIntArrayRef size, std::optional<at::MemoryFormat> format) {
+  const auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  const size_t needed =
+      at::detail::computeStorageNbytesContiguous(sizes, self.dtype().itemsize(), self.storage_offset());
+  c10::StorageImpl* storage = self.storage().unsafeGetStorageImpl();
+  // Grow on the device first, so the generic resize below only restrides (it would memcpy).
+  if (needed > storage->nbytes()) resize_storage_bytes(storage, needed);
+  return at::native::resize_(self, sizes, format);
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  // Both sides as backing tensors: the backing copy kernel handles host<->device, device<->device
+  // and dtype conversion, on the current stream.
+  at::Tensor target = borrow_as_backing(dst);
+  const at::Tensor source = self.device().type() == kFlagos ? borrow_as_backing(self) : self;
+  target.copy_(source, non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  resize(dst, self.sym_sizes(), std::nullopt);
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) { return at::_local_scalar_dense(borrow_as_backing(self)); }
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, flagos_allocator()->allocate(0), flagos_allocator(), true);
+  return self.set_(storage, 0, {0}, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) { return at::native::set_tensor_(self, source); }
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) { return at::native::set_(self, source); }
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage source, c10::SymInt offset,
+                                      c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return at::native::set_storage_cpu_(self, source, offset.expect_int(), C10_AS_INTARRAYREF_SLOW(size),
+                                      C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  c10::impl::getDeviceGuardImpl(kFlagos)->recordDataPtrOnStream(self.storage().data_ptr(), stream);
+}
+
+// The host's CPU kernel for native_dropout draws from the global CPU generator; flagos dropout
+// must draw from the flagos generator that torch.flagos.manual_seed controls.
+std::tuple<at::Tensor, at::Tensor> native_dropout_host(const at::Tensor& input, double p, std::optional<bool> train) {
+  if (input.numel() == 0 || !train.value_or(true) || p == 0) {
+    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  }
+  if (p == 1) {
+    return {at::zeros_like(input), at::zeros_like(input, input.options().dtype(at::kBool))};
+  }
+  at::Tensor keep = at::empty_like(input, input.options().dtype(at::kBool));
+  keep.bernoulli_(1 - p, default_generator(input.device().index()));
+  return {input * keep * (1.0 / (1 - p)), keep};
+}
+
+// Scaled-dot-product attention asks a per-device stub which fused backend to use; flagos answers
+// with the backing's own choice (cuDNN / flash / efficient on CUDA, flash on the host).
+int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                         std::optional<double> scale, bool enable_gqa) {
+  std::optional<at::Tensor> m;
+  if (mask.has_value() && mask->defined()) m = borrow_as_backing(*mask);
+  return at::_fused_sdp_choice(borrow_as_backing(q), borrow_as_backing(k), borrow_as_backing(v), m, dropout_p,
+                               is_causal, scale, enable_gqa);
+}
+
+}  // namespace
+
+void register_backing_kernels() {
+  if (!host_backed()) return;
+  static torch::Library lib(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  lib.impl("native_dropout", TORCH_FN(native_dropout_host));
+}
+
+}  // namespace torch_fl
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_fl::fused_sdp_choice)
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using namespace torch_fl;
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("view", view);
+  m.impl("_reshape_alias", reshape_alias);
+  m.impl("unfold", at::native::unfold);
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
+  m.impl("is_set_to", at::native::is_set_to);
+  m.impl("resize_", resize);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("set_", set_empty);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("record_stream", record_stream);
+}

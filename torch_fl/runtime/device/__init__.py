@@ -1,0 +1,52 @@
+"""`torch.flagos`: the device module, named and shaped like `torch.cuda`.
+
+Each concern lives in its own module (device management, random, memory, streams, amp); this
+package re-exports them so `torch.flagos.<name>` reads like `torch.cuda.<name>`.
+"""
+from torch_fl.runtime.device.amp import get_amp_supported_dtype, is_bf16_supported
+from torch_fl.runtime.device.management import (
+    current_device,
+    device,
+    device_count,
+    device_of,
+    get_device_name,
+    is_available,
+    is_initialized,
+    set_device,
+    synchronize,
+    _is_in_bad_fork,
+    _lazy_init,
+)
+from torch_fl.runtime.device.memory import (
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+)
+from torch_fl.runtime.device.random import (
+    default_generators,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from torch_fl.runtime.device.streams import Event, Stream, current_stream, default_stream, set_stream, stream
+
+__all__ = [
+    "Event", "Stream", "current_device", "current_stream", "default_generators", "default_stream", "device",
+    "device_count", "device_of", "empty_cache", "get_amp_supported_dtype", "get_device_name", "get_rng_state",
+    "get_rng_state_all", "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed",
+    "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
+    "memory_reserved", "memory_stats", "reset_accumulated_memory_stats", "reset_peak_memory_stats", "seed",
+    "seed_all", "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
+]

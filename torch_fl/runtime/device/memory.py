@@ -1,0 +1,48 @@
+"""Memory statistics of the flagos allocator (tracked by the core on the host backing, the
+backing caching allocator's own statistics on CUDA)."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torch_fl.runtime.device.core import backing, core, index
+
+Device = "torch.device | str | int | None"
+
+
+def memory_stats(device: Device = None) -> dict[str, Any]:
+    return dict(core().memory_stats(index(device)))
+
+
+def memory_allocated(device: Device = None) -> int:
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device: Device = None) -> int:
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device: Device = None) -> int:
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device: Device = None) -> int:
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device: Device = None) -> None:
+    core().reset_peak_memory_stats(index(device))
+
+
+def reset_accumulated_memory_stats(device: Device = None) -> None:
+    core().reset_accumulated_memory_stats(index(device))
+
+
+def empty_cache() -> None:
+    if backing() == "cuda":
+        torch.cuda.empty_cache()
+
+
+def mem_get_info(device: Device = None) -> tuple[int, int]:
+    return torch._C._accelerator_getMemoryInfo(index(device))
