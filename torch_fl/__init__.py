@@ -6,11 +6,23 @@ with a real CUDA device, flagos is registered only when asked for (see torch_fl.
 """
 from __future__ import annotations
 
-import torch
 
-from torch_fl.activation import activate, activate_on_import, active_platform, autoload as _autoload, is_active
-from torch_fl.routing.explain import explain
-from torch_fl.runtime import as_backing, as_flagos
+def _autoload() -> None:
+    """PyTorch's device-backend autoload entry point (group `torch.backends`).
+
+    Defined before `import torch`: when `import torch_fl` comes first, torch's own import calls
+    this while torch_fl is still half-imported.
+    """
+    from torch_fl.activation import autoload
+
+    autoload()
+
+
+import torch  # noqa: E402
+
+from torch_fl.activation import activate, activate_on_import, active_platform, is_active  # noqa: E402
+from torch_fl.routing import explain  # noqa: E402
+from torch_fl.runtime import as_backing, as_flagos  # noqa: E402
 
 __all__ = ["activate", "active_platform", "as_backing", "as_flagos", "explain", "is_active"]
 

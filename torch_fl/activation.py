@@ -9,6 +9,7 @@ with a real CUDA device flagos is only registered when asked for (FLAGOS_PLATFOR
 """
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -76,7 +77,7 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
     import torch
 
     from torch_fl import runtime
-    from torch_fl.routing import router
+    from torch_fl.routing.router import install as install_routes
 
     descriptors, broken = load_all()
     if name is not None:
@@ -89,6 +90,8 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
         selection = select_platform(descriptors, broken=broken)
     descriptor = descriptors[selection.name]
     validate_op_names(descriptor)
+    for key, value in descriptor.environment.variables.items():
+        os.environ.setdefault(key, value)  # the user's own setting wins
     gate = Gate.for_platform(descriptor, torch.__version__)
     amp_dtypes = [getattr(torch, d) for d in descriptor.capabilities.amp_dtypes]
     runtime.start(descriptor.backing.device, descriptor.backing.virtual_devices, amp_dtypes)
@@ -97,7 +100,7 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
     if message:
         active.warnings.append(message)
         warnings.warn(message, stacklevel=2)
-    router.install(active)
+    install_routes(active)
     _active = active
     return active
 

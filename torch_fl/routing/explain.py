@@ -1,2 +1,97 @@
-def explain(op: str) -> str:
-    return op
+"""`torch_fl.explain("aten::mm")`: which route serves an op here, and why."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+import torch
+
+
+@dataclass
+class PathStatus:
+    path: str
+    available: bool
+    implements: bool
+    validated_dtypes: list[str]
+    note: str = ""
+
+
+@dataclass
+class Explanation:
+    op: str
+    platform: str
+    candidates: list[str]
+    source: str
+    python_kernel: bool
+    served_by: str
+    paths: list[PathStatus] = field(default_factory=list)
+    buckets: list[dict[str, Any]] = field(default_factory=list)
+    calls: dict[str, int] = field(default_factory=dict)
+    gate: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        lines = [
+            f"{self.op} on platform {self.platform} (record: {self.gate})",
+            f"  candidates: {', '.join(self.candidates)}   (from {self.source})",
+            f"  served by: {self.served_by}",
+        ]
+        for p in self.paths:
+            state = "ok" if p.available and p.implements else "unavailable"
+            dtypes = ", ".join(p.validated_dtypes) or "none"
+            lines.append(f"  - {p.path}: {state}; allowed dtypes: {dtypes}{'; ' + p.note if p.note else ''}")
+        for b in self.buckets:
+            lines.append(f"  bucket <= {b['max_numel']} elements -> {b['choice']} {b.get('measured_us', '')}")
+        if self.calls:
+            lines.append("  calls: " + ", ".join(f"{k}={v}" for k, v in self.calls.items()))
+        return "\n".join(lines)
+
+
+def normalize(op: str) -> str:
+    """Accepts "mm", "aten::mm", "aten::mm.default", "add.Tensor"."""
+    name = op if "::" in op else f"aten::{op}"
+    return name[: -len(".default")] if name.endswith(".default") else name
+
+
+def explain(op: str) -> Explanation:
+    """Which candidates `op` has, where they come from, which the gate allows per dtype, what runs."""
+    from torch_fl.kernels.base import resolve
+    from torch_fl.routing.router import router
+
+    r = router()
+    name = normalize(op)
+    try:
+        resolve(name)
+    except AttributeError:
+        raise ValueError(f"{op!r} is not an operator of this torch") from None
+    plan = r.plan(name)
+    dtypes = list(r.descriptor.capabilities.dtypes)
+    statuses = []
+    for path in plan.candidates:
+        kernels = r.kernel_sets.get(path)
+        note = getattr(kernels, "unavailable", None) or ("" if kernels else "not declared by the platform")
+        allowed = [d for d in dtypes if plan.bypass_gate or r.gate.allows(name, getattr(torch, d), path)]
+        statuses.append(
+            PathStatus(path, kernels is not None, bool(kernels and kernels.implements(name)), allowed, note or "")
+        )
+    python = name in r.installed
+    if python:
+        served = "Python route kernel: first allowed candidate for the call's dtype (and shape bucket)"
+    else:
+        served = "C++ native route (backing kernel on zero-copy aliases; cpu fallback if the backing lacks it)"
+    route = r.table.ops.get(name)
+    calls = {path: n for (o, path), n in r.counts.items() if o == name}
+    return Explanation(
+        op=name,
+        platform=r.descriptor.name,
+        candidates=plan.candidates,
+        source=plan.source,
+        python_kernel=python,
+        served_by=served,
+        paths=statuses,
+        buckets=[b.model_dump(exclude_none=True) for b in route.buckets] if route else [],
+        calls=calls,
+        gate=r.gate.state,
+    )

@@ -1,6 +1,259 @@
-"""Installs the active platform's routes (placeholder until route tables land)."""
+"""The router: turns the active platform's routes into PrivateUse1 kernels, per op.
+
+For each aten overload the candidates come from (first match wins): the API, FLAGOS_ROUTE_<op>,
+a FLAGOS_ROUTES file, the platform's routes.yaml, the descriptor's route overrides, its route
+defaults. At call time the candidates are filtered by the conformance gate for the call's dtype,
+and a tuned shape bucket may pick among them. Ops where only the C++ paths (native, cpu) can run
+get no Python kernel at all: the C++ fallback serves them at C++ speed.
+"""
 from __future__ import annotations
 
+import contextlib
+import sys
+import threading
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
 
-def install(active) -> None:  # noqa: ANN001
+import torch
+
+from torch_fl import env
+from torch_fl.kernels.base import KernelSet, resolve
+from torch_fl.kernels.registry import build_kernel_sets
+from torch_fl.routing import overrides, table as route_table
+from torch_fl.routing.table import OpRoute, RouteTable
+
+env.register("FLAGOS_STRICT", "0", "Set to 1 to make a failing route raise instead of falling back to the next candidate.")
+env.register("FLAGOS_LOG_FALLBACK", "0", "Set to 1 to log (once per op) every call served by the explicit CPU fallback.")
+
+C_PATHS = frozenset({"native", "cpu"})
+
+
+@dataclass
+class OpPlan:
+    """Where one op's candidates come from, and the tuned buckets that refine them."""
+
+    op: str
+    candidates: list[str]
+    source: str
+    route: Optional[OpRoute] = None
+    bypass_gate: bool = False
+
+
+@dataclass
+class _Installed:
+    library: torch.library.Library
+    per_dtype: dict[Any, list[str]] = field(default_factory=dict)
+
+
+class Router:
+    """Owns the Python route kernels of one active platform."""
+
+    def __init__(self, active: Any, kernel_sets: dict[str, KernelSet], table: RouteTable, table_source: str) -> None:
+        self.active = active
+        self.descriptor = active.descriptor
+        self.gate = active.gate
+        self.kernel_sets = kernel_sets
+        self.table = table
+        self.table_source = table_source
+        self.api: dict[str, tuple[list[str], bool]] = {}
+        self.installed: dict[str, _Installed] = {}
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.warned: set[str] = set()
+        self.strict = env.flag("FLAGOS_STRICT")
+        self._lock = threading.RLock()
+
+    # ---- which candidates an op has, and why
+    def plan(self, op: str) -> OpPlan:
+        if op in self.api:
+            paths, bypass = self.api[op]
+            return OpPlan(op, paths, "api", self.table.ops.get(op), bypass)
+        from_env = overrides.env_route(op)
+        if from_env:
+            return OpPlan(op, from_env, f"env {overrides.env_name(op)}", self.table.ops.get(op))
+        if op in self.table.ops:
+            return OpPlan(op, list(self.table.ops[op].candidates), self.table_source, self.table.ops[op])
+        if op in self.descriptor.routes.overrides:
+            return OpPlan(op, list(self.descriptor.routes.overrides[op]), "descriptor routes.overrides")
+        return OpPlan(op, self.default_candidates(), "descriptor routes.defaults")
+
+    def default_candidates(self) -> list[str]:
+        return overrides.env_defaults() or list(self.descriptor.routes.defaults)
+
+    def routed_ops(self) -> set[str]:
+        """Every op some source names, plus what default candidates beyond native/cpu offer."""
+        ops = set(self.api) | set(overrides.env_ops()) | set(self.table.ops) | set(self.descriptor.routes.overrides)
+        for path in self.default_candidates():
+            if path not in C_PATHS and path in self.kernel_sets:
+                ops |= set(self.kernel_sets[path].ops())
+        return ops
+
+    def paths_for(self, plan: OpPlan, dtype: Any) -> list[str]:
+        """The candidates that may run `plan.op` in `dtype` here, in order."""
+        out = []
+        for path in plan.candidates:
+            kernels = self.kernel_sets.get(path)
+            if kernels is None or not kernels.implements(plan.op):
+                continue
+            if plan.bypass_gate or self.gate.allows(plan.op, dtype, path):
+                out.append(path)
+        return out
+
+    def needs_python(self, plan: OpPlan) -> bool:
+        if all(p == "native" for p in plan.candidates[:1]) and not (plan.route and plan.route.buckets):
+            # native first: Python only matters if native could be skipped, which it cannot.
+            return False
+        dtypes = [None] + [getattr(torch, d) for d in self.descriptor.capabilities.dtypes]
+        return any(self.paths_for(plan, d)[:1] not in ([], ["native"]) for d in dtypes) or bool(
+            plan.route and plan.route.buckets
+        )
+
+    # ---- installing kernels
+    def install_all(self) -> None:
+        with self._lock:
+            for op in sorted(self.routed_ops()):
+                self.refresh(op)
+
+    def refresh(self, op: str) -> None:
+        """(Re)install or remove the Python kernel of `op` to match its current plan."""
+        with self._lock:
+            plan = self.plan(op)
+            current = self.installed.pop(op, None)
+            if current is not None:
+                current.library._destroy()
+            if not self.needs_python(plan):
+                return
+            try:
+                overload = resolve(op)
+            except AttributeError:
+                return  # an op this torch does not have (validated at load for descriptor entries)
+            library = torch.library.Library(overload._schema.name.split("::")[0], "IMPL")
+            installed = _Installed(library)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # replacing PyTorch's own PrivateUse1 kernel is the point
+                library.impl(overload, self._kernel(op, overload, installed), "PrivateUse1")
+            self.installed[op] = installed
+
+    def _kernel(self, op: str, overload: torch._ops.OpOverload, installed: _Installed) -> Callable[..., Any]:
+        profiler_on = torch._C._autograd._profiler_enabled
+
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            dtype = _first_dtype(args)
+            paths = installed.per_dtype.get(dtype)
+            plan = None
+            if paths is None:
+                plan = self.plan(op)
+                paths = installed.per_dtype[dtype] = self.paths_for(plan, dtype) or ["native"]
+            route = self.table.ops.get(op)
+            if route is not None and route.buckets:
+                bucket = route.bucket_for(_largest_numel(args))
+                if bucket is not None and bucket.choice in paths:
+                    paths = [bucket.choice] + [p for p in paths if p != bucket.choice]
+            failure: Optional[BaseException] = None
+            for path in paths:
+                try:
+                    if profiler_on():
+                        with torch.profiler.record_function(f"flagos.route.{path}::{op}"):
+                            result = self.kernel_sets[path].call(overload, args, kwargs)
+                    else:
+                        result = self.kernel_sets[path].call(overload, args, kwargs)
+                except Exception as exc:
+                    if self.strict:
+                        raise
+                    failure = exc
+                    self._warn_once(op, path, exc)
+                    continue
+                self.counts[(op, path)] += 1
+                return result
+            assert failure is not None
+            raise failure
+
+        kernel.__name__ = f"flagos_route_{op.replace('::', '_').replace('.', '_')}"
+        return kernel
+
+    def _warn_once(self, op: str, path: str, exc: BaseException) -> None:
+        if op in self.warned:
+            return
+        self.warned.add(op)
+        warnings.warn(
+            f"torch_fl: route {path} of {op} raised {type(exc).__name__}: {exc}; falling back to the next candidate "
+            f"(FLAGOS_STRICT=1 makes this an error)",
+            stacklevel=3,
+        )
+
+    # ---- overrides through the API
+    def set_route(self, op: str, paths: list[str], bypass_gate: bool = False) -> None:
+        unknown = [p for p in paths if p not in self.kernel_sets]
+        if unknown:
+            raise ValueError(f"{op}: unknown or unavailable kernel set(s) {unknown}; available: {sorted(self.kernel_sets)}")
+        with self._lock:
+            self.api[op] = (list(paths), bypass_gate)
+            self.refresh(op)
+
+    def clear_route(self, op: str) -> None:
+        with self._lock:
+            self.api.pop(op, None)
+            self.refresh(op)
+
+
+def _first_dtype(args: tuple[Any, ...]) -> Any:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a.dtype
+        if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
+            return a[0].dtype
     return None
+
+
+def _largest_numel(args: tuple[Any, ...]) -> int:
+    largest = 0
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            largest = max(largest, a.numel())
+    return largest
+
+
+_router: Optional[Router] = None
+
+
+def router() -> Router:
+    if _router is None:
+        raise RuntimeError("no platform is active in this process; import torch_fl or call torch_fl.activate()")
+    return _router
+
+
+def install(active: Any) -> Router:
+    """Build the router for the activated platform and install its Python route kernels."""
+    global _router
+    from torch_fl.runtime import core
+
+    directory = Path(active.descriptor.directory)
+    file_override = overrides.routes_file()
+    if file_override is not None:
+        table = route_table.load(file_override)
+        source = f"file {file_override} (FLAGOS_ROUTES)"
+    else:
+        table = route_table.load(directory / active.descriptor.routes.file)
+        source = str(directory / active.descriptor.routes.file)
+    kernel_sets = build_kernel_sets(active.descriptor)
+    core().set_log_cpu_fallback(env.flag("FLAGOS_LOG_FALLBACK"))
+    _router = Router(active, kernel_sets, table, source)
+    _router.install_all()
+    return _router
+
+
+@contextlib.contextmanager
+def forced(op: str, path: str) -> Iterator[None]:
+    """Run `op` through `path` only, gate bypassed: how conformance checks a candidate route."""
+    r = router()
+    previous = r.api.get(op)
+    r.set_route(op, [path], bypass_gate=True)
+    try:
+        yield
+    finally:
+        if previous is None:
+            r.clear_route(op)
+        else:
+            r.set_route(op, *previous)

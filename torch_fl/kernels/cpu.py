@@ -1,0 +1,64 @@
+"""The explicit CPU fallback: copy to the host, run PyTorch's CPU kernel, copy back.
+
+Normally served by the C++ core (counted there, logged with FLAGOS_LOG_FALLBACK=1); this Python
+form runs when a route with several candidates falls back to it.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+from torch.utils._pytree import tree_map
+
+
+class CpuKernels:
+    name = "cpu"
+
+    def ops(self) -> Iterable[str]:
+        return ()
+
+    def implements(self, op: str) -> bool:
+        return True
+
+    def call(self, op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        pairs: dict[int, torch.Tensor] = {}
+        device = None
+
+        def down(x: Any) -> Any:
+            nonlocal device
+            if isinstance(x, torch.Tensor) and x.device.type == "flagos":
+                host = x.cpu()
+                pairs[id(host)] = x
+                device = device or x.device
+                return host
+            if isinstance(x, torch.device) and x.type == "flagos":
+                return torch.device("cpu")
+            if isinstance(x, torch.Generator) and x.device.type == "flagos":
+                return None
+            return x
+
+        args, kwargs = tree_map(down, (args, kwargs))
+        result = op(*args, **kwargs)
+        # Arguments the op wrote to (in-place, out=) get the host values back.
+        for argument, value in zip(op._schema.arguments, _bound(op, args, kwargs)):
+            if argument.alias_info is not None and argument.alias_info.is_write and id(value) in pairs:
+                original = pairs[id(value)]
+                if original.shape != value.shape:
+                    original.resize_(value.shape)
+                original.copy_(value)
+
+        def up(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+                original = pairs.get(id(x))
+                return original if original is not None else x.to(device or "flagos")
+            return x
+
+        return tree_map(up, result)
+
+
+def _bound(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """The argument values in schema order."""
+    values = list(args)
+    for argument in op._schema.arguments[len(args):]:
+        values.append(kwargs.get(argument.name))
+    return values

@@ -1,0 +1,65 @@
+"""The vendor path: a platform's own kernel module, one Python callable per aten overload.
+
+Contract for vendor functions (what `torch-fl onboard` scaffolds): they receive the op's
+arguments with flagos tensors replaced by zero-copy tensors of the backing device, and return
+backing tensors (or write in place / into `out=`), exactly like the backing's aten kernel would.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterable
+
+import torch
+
+from torch_fl.kernels.aliasing import call_on_backing
+from torch_fl.kernels.base import op_name
+from torch_fl.platform import PlatformDescriptor
+
+
+def load_vendor_module(descriptor: PlatformDescriptor) -> ModuleType:
+    """Import the module the descriptor names: a file next to it, or an importable `pkg.mod`."""
+    spec_text = descriptor.kernels.vendor.module
+    if not spec_text.endswith(".py"):
+        return importlib.import_module(spec_text)
+    path = Path(descriptor.directory) / spec_text
+    name = f"torch_fl_vendor_{descriptor.name}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: cannot load the vendor kernel module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class VendorKernels:
+    name = "vendor"
+
+    def __init__(self, descriptor: PlatformDescriptor) -> None:
+        self.descriptor = descriptor
+        self.functions = dict(descriptor.kernels.vendor.ops)
+        self._module: ModuleType | None = None
+
+    def module(self) -> ModuleType:
+        if self._module is None:
+            self._module = load_vendor_module(self.descriptor)
+            missing = [fn for fn in self.functions.values() if not hasattr(self._module, fn)]
+            if missing:
+                raise AttributeError(f"vendor module {self._module.__name__} lacks {missing} named by the descriptor")
+        return self._module
+
+    def ops(self) -> Iterable[str]:
+        return sorted(self.functions)
+
+    def implements(self, op: str) -> bool:
+        return op in self.functions
+
+    def call(self, op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        fn = getattr(self.module(), self.functions[op_name(op)])
+        return call_on_backing(fn, args, kwargs)

@@ -1,0 +1,158 @@
+"""The route table, `platforms/<name>/routes.yaml`: per aten overload, the ordered candidate paths
+and, optionally, a per-shape-bucket choice written by the tuner, each with its provenance.
+
+The file is read and rewritten with ruamel.yaml round-tripping, so a person's comments and key
+order survive `torch-fl routes tune` and `torch-fl onboard`.
+
+    format: 1
+    ops:
+      aten::mm:
+        candidates: [native, flaggems]
+        provenance: {source: onboard}
+        buckets:                       # written by the tuner
+          - max_numel: 1048576         # largest input has at most this many elements
+            choice: native
+            measured_us: {native: 11.8, flaggems: 96.1}
+            provenance: {source: tune, workload: bench/train_step.py, at: "2026-12-02T12:00:00Z"}
+"""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from ruamel.yaml import YAML
+
+from torch_fl.platform.descriptor import KERNEL_SETS
+
+FORMAT = 1
+
+
+class RouteTableError(ValueError):
+    """A routes.yaml that cannot be used; the message names the file and the entry."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Provenance(_Model):
+    source: str = Field(description="onboard, tune, person, file, env or api")
+    note: Optional[str] = None
+    workload: Optional[str] = None
+    record: Optional[str] = Field(None, description="The conformance record the choice relied on.")
+    at: Optional[str] = None
+
+
+class Bucket(_Model):
+    max_numel: int = Field(ge=0, description="Upper bound on the element count of the largest tensor input.")
+    choice: str
+    measured_us: dict[str, float] = Field(default_factory=dict)
+    provenance: Optional[Provenance] = None
+
+
+class OpRoute(_Model):
+    candidates: list[str] = Field(min_length=1)
+    provenance: Optional[Provenance] = None
+    buckets: list[Bucket] = Field(default_factory=list)
+
+    def bucket_for(self, numel: int) -> Optional[Bucket]:
+        for bucket in self.buckets:
+            if numel <= bucket.max_numel:
+                return bucket
+        return None
+
+
+class RouteTable(_Model):
+    format: int = FORMAT
+    ops: dict[str, OpRoute] = Field(default_factory=dict)
+
+
+def _yaml() -> YAML:
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.width = 120
+    return yaml
+
+
+def _check_paths(table: RouteTable, where: str) -> None:
+    for op, route in table.ops.items():
+        names = list(route.candidates) + [b.choice for b in route.buckets]
+        for name in names:
+            if name not in KERNEL_SETS:
+                raise RouteTableError(f"{where}: ops.{op}: unknown kernel set {name!r}; expected one of {list(KERNEL_SETS)}")
+        if not op.startswith("aten::") and "::" not in op:
+            raise RouteTableError(f"{where}: ops.{op}: expected a qualified op name such as aten::mm")
+
+
+def parse(text: str, where: str) -> RouteTable:
+    try:
+        data = _yaml().load(text) or {}
+    except Exception as exc:  # ruamel raises several parser error types
+        raise RouteTableError(f"{where}: not valid YAML: {exc}") from None
+    try:
+        table = RouteTable.model_validate(_plain(data))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path = ".".join(str(p) for p in first["loc"])
+        raise RouteTableError(f"{where}: {path}: {first['msg']}") from None
+    _check_paths(table, where)
+    return table
+
+
+def load(path: Path) -> RouteTable:
+    """The table at `path`; a missing file is an empty table (every op uses the defaults)."""
+    if not path.exists():
+        return RouteTable()
+    return parse(path.read_text(), str(path))
+
+
+def _plain(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {str(k): _plain(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_plain(v) for v in data]
+    return data
+
+
+def save(table: RouteTable, path: Path) -> None:
+    """Write `table` to `path` atomically, keeping comments of the existing file where keys remain."""
+    yaml = _yaml()
+    document = yaml.load(path.read_text()) if path.exists() else None
+    fresh = table.model_dump(exclude_none=True, exclude_defaults=False)
+    if document is None:
+        document = fresh
+    else:
+        _merge(document, fresh)
+    buffer = io.StringIO()
+    yaml.dump(document, buffer)
+    write_atomically(path, buffer.getvalue())
+
+
+def _merge(target: Any, source: dict[str, Any]) -> None:
+    """Update the round-trip mapping `target` in place so it equals `source`, keeping comments."""
+    for key in list(target.keys()):
+        if key not in source:
+            del target[key]
+    for key, value in source.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = value
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` so readers never see a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
