@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from torch_fl.platform.descriptor import KERNEL_SETS
 
@@ -119,21 +120,46 @@ def _plain(data: Any) -> Any:
     return data
 
 
-def save(table: RouteTable, path: Path) -> None:
-    """Write `table` to `path` atomically, keeping comments of the existing file where keys remain."""
+def _compact(data: Any, key: str = "") -> Any:
+    """Plain data -> ruamel nodes: short lists and leaf mappings on one line, empty buckets dropped."""
+    if isinstance(data, dict):
+        items = {k: _compact(v, k) for k, v in data.items() if not (k == "buckets" and not v)}
+        node = CommentedMap(items)
+        if key in ("provenance", "measured_us"):
+            node.fa.set_flow_style()
+        return node
+    if isinstance(data, list):
+        node = CommentedSeq([_compact(v) for v in data])
+        if key == "candidates":
+            node.fa.set_flow_style()
+        return node
+    return data
+
+
+def dumps(table: RouteTable, header: str = "") -> str:
+    buffer = io.StringIO()
+    buffer.write(header)
+    _yaml().dump(_compact(table.model_dump(exclude_none=True)), buffer)
+    return buffer.getvalue()
+
+
+def save(table: RouteTable, path: Path, header: str = "") -> None:
+    """Write `table` to `path` atomically, keeping the existing file's comments where keys remain.
+
+    `header` (comment lines) is used only when the file is new.
+    """
     yaml = _yaml()
     document = yaml.load(path.read_text()) if path.exists() else None
-    fresh = table.model_dump(exclude_none=True, exclude_defaults=False)
     if document is None:
-        document = fresh
-    else:
-        _merge(document, fresh)
+        write_atomically(path, dumps(table, header))
+        return
+    _merge(document, _compact(table.model_dump(exclude_none=True)))
     buffer = io.StringIO()
     yaml.dump(document, buffer)
     write_atomically(path, buffer.getvalue())
 
 
-def _merge(target: Any, source: dict[str, Any]) -> None:
+def _merge(target: Any, source: Any) -> None:
     """Update the round-trip mapping `target` in place so it equals `source`, keeping comments."""
     for key in list(target.keys()):
         if key not in source:
@@ -141,7 +167,7 @@ def _merge(target: Any, source: dict[str, Any]) -> None:
     for key, value in source.items():
         if isinstance(value, dict) and isinstance(target.get(key), dict):
             _merge(target[key], value)
-        else:
+        elif target.get(key) != value:
             target[key] = value
 
 
