@@ -40,6 +40,7 @@ class OpPlan:
     source: str
     route: Optional[OpRoute] = None
     bypass_gate: bool = False
+    python: bool = False  # serve through a Python kernel even when only native can run (to measure it)
 
 
 @dataclass
@@ -58,7 +59,7 @@ class Router:
         self.kernel_sets = kernel_sets
         self.table = table
         self.table_source = table_source
-        self.api: dict[str, tuple[list[str], bool]] = {}
+        self.api: dict[str, tuple[list[str], bool, bool]] = {}
         self.installed: dict[str, _Installed] = {}
         self.counts: Counter[tuple[str, str]] = Counter()
         self.warned: set[str] = set()
@@ -68,8 +69,8 @@ class Router:
     # ---- which candidates an op has, and why
     def plan(self, op: str) -> OpPlan:
         if op in self.api:
-            paths, bypass = self.api[op]
-            return OpPlan(op, paths, "api", self.table.ops.get(op), bypass)
+            paths, bypass, python = self.api[op]
+            return OpPlan(op, paths, "api", self.table.ops.get(op), bypass, python)
         from_env = overrides.env_route(op)
         if from_env:
             return OpPlan(op, from_env, f"env {overrides.env_name(op)}", self.table.ops.get(op))
@@ -102,6 +103,8 @@ class Router:
         return out
 
     def needs_python(self, plan: OpPlan) -> bool:
+        if plan.python:
+            return True
         if all(p == "native" for p in plan.candidates[:1]) and not (plan.route and plan.route.buckets):
             # native first: Python only matters if native could be skipped, which it cannot.
             return False
@@ -184,12 +187,12 @@ class Router:
         )
 
     # ---- overrides through the API
-    def set_route(self, op: str, paths: list[str], bypass_gate: bool = False) -> None:
+    def set_route(self, op: str, paths: list[str], bypass_gate: bool = False, python: bool = False) -> None:
         unknown = [p for p in paths if p not in self.kernel_sets]
         if unknown:
             raise ValueError(f"{op}: unknown or unavailable kernel set(s) {unknown}; available: {sorted(self.kernel_sets)}")
         with self._lock:
-            self.api[op] = (list(paths), bypass_gate)
+            self.api[op] = (list(paths), bypass_gate, python)
             self.refresh(op)
 
     def clear_route(self, op: str) -> None:
@@ -245,11 +248,14 @@ def install(active: Any) -> Router:
 
 
 @contextlib.contextmanager
-def forced(op: str, path: str) -> Iterator[None]:
-    """Run `op` through `path` only, gate bypassed: how conformance checks a candidate route."""
+def forced(op: str, path: str, python: bool = False) -> Iterator[None]:
+    """Run `op` through `path` only, gate bypassed: how conformance checks a candidate route.
+
+    `python=True` serves even native through the Python route kernel (the tuner measures it).
+    """
     r = router()
     previous = r.api.get(op)
-    r.set_route(op, [path], bypass_gate=True)
+    r.set_route(op, [path], bypass_gate=True, python=python)
     try:
         yield
     finally:

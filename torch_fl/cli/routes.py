@@ -1,0 +1,198 @@
+"""`torch-fl routes show|explain|stats|tune`: inspect and tune a platform's route table."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from torch_fl.cli import app
+from torch_fl.cli.output import JsonOption, console, emit, fail
+
+routes_app = typer.Typer(help="Inspect and tune route tables (which path serves each aten op).", no_args_is_help=True)
+app.add_typer(routes_app, name="routes")
+
+BUILTIN_WORKLOADS = ("tiny", "small", "large")
+
+
+def _descriptor(name: str, as_json: bool) -> Any:
+    from torch_fl.platform import PlatformError, load_platform
+
+    try:
+        return load_platform(name)
+    except (PlatformError, KeyError) as exc:
+        raise fail(str(exc), as_json, 2)
+
+
+def _activate(name: str, as_json: bool) -> Any:
+    import os
+
+    # Named before torch is imported, so PyTorch's autoload activates this platform, not a detected one.
+    os.environ["FLAGOS_PLATFORM"] = name
+    import torch_fl
+
+    try:
+        return torch_fl.activate(name)
+    except Exception as exc:
+        raise fail(f"cannot activate platform {name!r}: {exc}", as_json, 2)
+
+
+def workload_step(workload: str, backing: str) -> Callable[[], Any]:
+    """A training step to tune on: a built-in decoder config, or a script defining make_step(device)."""
+    import torch
+
+    if workload in BUILTIN_WORKLOADS:
+        from torch_fl.workloads.decoder import CONFIGS, build
+
+        dtype = torch.bfloat16 if backing == "cuda" else torch.float32
+        return build(CONFIGS[workload], "flagos", dtype)[2]
+    path = Path(workload)
+    if not path.is_file():
+        raise FileNotFoundError(f"workload {workload!r}: expected one of {BUILTIN_WORKLOADS} or a Python file")
+    spec = importlib.util.spec_from_file_location("torch_fl_workload", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "make_step"):
+        raise AttributeError(f"{path}: a workload script must define make_step(device: str) -> Callable[[], Any]")
+    return module.make_step("flagos")
+
+
+@routes_app.command("show")
+def show(name: str = typer.Argument(..., help="Platform name."), as_json: bool = JsonOption) -> None:
+    """The platform's route table with each candidate's validation state (nothing is loaded)."""
+    from torch_fl.platform import Gate, current_status
+    from torch_fl.routing import table as route_table
+
+    descriptor = _descriptor(name, as_json)
+    try:
+        table = route_table.load(Path(descriptor.directory) / descriptor.routes.file)
+    except route_table.RouteTableError as exc:
+        raise fail(str(exc), as_json, 2)
+    gate = Gate(descriptor, current_status(descriptor))
+    rows = []
+    for op, route in sorted(table.ops.items()):
+        validated = {
+            path: [d for d in descriptor.capabilities.dtypes if gate.allows(op, d, path)] for path in route.candidates
+        }
+        rows.append({
+            "op": op,
+            "candidates": route.candidates,
+            "validated_dtypes": validated,
+            "buckets": [b.model_dump(exclude_none=True) for b in route.buckets],
+            "provenance": route.provenance.model_dump(exclude_none=True) if route.provenance else None,
+        })
+    data = {"ok": True, "platform": name, "record": gate.state, "defaults": list(descriptor.routes.defaults), "ops": rows}
+
+    def human() -> None:
+        from rich.table import Table
+
+        t = Table(title=f"{name}: routes (record {gate.state}; other ops: {', '.join(descriptor.routes.defaults)})")
+        for column in ("op", "candidates", "validated", "buckets"):
+            t.add_column(column)
+        for row in rows:
+            ok = ", ".join(f"{p}:{len(v)}" for p, v in row["validated_dtypes"].items())
+            buckets = "; ".join(f"<={b['max_numel']}:{b['choice']}" for b in row["buckets"])
+            t.add_row(row["op"], ", ".join(row["candidates"]), ok, buckets)
+        console.print(t)
+
+    emit(data, as_json, human)
+
+
+@routes_app.command("explain")
+def explain(
+    name: str = typer.Argument(..., help="Platform name."),
+    op: str = typer.Argument(..., help="An aten overload, e.g. aten::mm or add.Tensor."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Which route serves OP on platform NAME, and why (activates the platform)."""
+    _activate(name, as_json)
+    from torch_fl.routing import explain as explain_op
+
+    try:
+        result = explain_op(op)
+    except ValueError as exc:
+        raise fail(str(exc), as_json, 2)
+    emit({"ok": True, **result.as_dict()}, as_json, lambda: console.print(str(result)))
+
+
+@routes_app.command("stats")
+def stats(
+    name: str = typer.Argument(..., help="Platform name."),
+    workload: str = typer.Option("tiny", help=f"{'|'.join(BUILTIN_WORKLOADS)} or a script defining make_step(device)."),
+    steps: int = typer.Option(3, help="Training steps to run."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Run a workload on NAME and report how many calls each op x path served."""
+    active = _activate(name, as_json)
+    from torch_fl.routing import reset_stats
+    from torch_fl.routing import stats as route_stats
+    from torch_fl.routing.stats import as_dicts
+
+    step = workload_step(workload, active.descriptor.backing.device)
+    reset_stats()
+    for _ in range(steps):
+        step()
+    rows = route_stats()
+    data = {"ok": True, "platform": name, "workload": workload, "steps": steps, "counts": as_dicts(rows)}
+
+    def human() -> None:
+        for row in rows:
+            console.print(f"{row.calls:8d}  {row.path:9s} {row.op}")
+
+    emit(data, as_json, human)
+
+
+@routes_app.command("tune")
+def tune(
+    name: str = typer.Argument(..., help="Platform name."),
+    workload: str = typer.Option(
+        "", help=f"{'|'.join(BUILTIN_WORKLOADS)} or a script defining make_step(device) (default: large on GPUs, tiny on the host)."
+    ),
+    steps: int = typer.Option(5, help="Steps per timing of the whole workload."),
+    paths: Optional[str] = typer.Option(None, help="Only consider these paths besides native (comma-separated)."),
+    include_gemm: bool = typer.Option(False, help="Also tune GEMMs (FlagGems autotunes each shape on first use)."),
+    min_gain: float = typer.Option(0.05, help="A path must beat native by this fraction in a bucket."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Measure and report, but do not write routes.yaml."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Measure every validated candidate per op and shape bucket on WORKLOAD; write the winners."""
+    active = _activate(name, as_json)
+    from torch_fl.routing import table as route_table
+    from torch_fl.routing.router import router
+    from torch_fl.routing.tuner import tune as run_tune
+
+    backing = active.descriptor.backing.device
+    workload = workload or ("large" if backing == "cuda" else "tiny")
+    try:
+        step = workload_step(workload, backing)
+    except (FileNotFoundError, AttributeError) as exc:
+        raise fail(str(exc), as_json, 2)
+    say: Callable[[str], None] = (lambda m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]"))
+    report = run_tune(
+        router(),
+        step,
+        workload,
+        steps=steps,
+        paths=paths.split(",") if paths else None,
+        include_gemm=include_gemm,
+        min_gain=min_gain,
+        progress=say,
+    )
+    target = Path(active.descriptor.directory) / active.descriptor.routes.file
+    written = False
+    if report.kept and not dry_run:
+        route_table.save(router().table, target)
+        written = True
+    data = {"ok": True, "written": written, "routes_file": str(target), **report.as_dict()}
+
+    def human() -> None:
+        for m in report.measurements:
+            console.print(f"{m.op:40s} <= {m.bound:>10d} {m.dtype:9s} x{m.calls:<4d} {m.us} {m.errors or ''}")
+        console.print(
+            f"native-only {report.step_ms_native} ms/step, tuned {report.step_ms_tuned} ms/step; "
+            f"{'written to ' + str(target) if written else 'not written'}. {report.note}"
+        )
+
+    emit(data, as_json, human)

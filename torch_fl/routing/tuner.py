@@ -1,0 +1,257 @@
+"""Per-op, per-shape-bucket route tuning on the device.
+
+1. Record: run the workload once under a dispatch mode that notes every call of an op that has a
+   candidate besides native, with a copy of its first inputs per shape bucket (replaying real
+   values keeps index-taking ops in range).
+2. Measure: replay each (op, bucket) through every candidate the conformance gate allows, with
+   warm-up first (FlagGems autotunes and compiles on its first call per shape).
+3. Decide per op, counting the workload's calls: a Python route kernel, once installed, serves
+   every call of its op, so the native calls it leaves pay the Python-route overhead too; an op
+   gets buckets only when its net gain over the whole workload is positive.
+4. Check: time the workload native-only and tuned, side by side; a tuned table that is not faster
+   is not written.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Optional
+
+import torch
+from torch.utils._pytree import tree_map
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torch_fl.kernels.base import op_name
+from torch_fl.routing.router import C_PATHS, Router, forced
+from torch_fl.routing.table import Bucket, OpRoute, Provenance
+
+# FlagGems GEMMs autotune on the first call of every shape (about 30 s each on the H200): tuning
+# them costs minutes of device time per workload, so they are measured only when asked.
+GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mm.out", "aten::addmm.out"})
+
+
+def bucket_bound(numel: int) -> int:
+    """Buckets are powers of two of the largest input's element count."""
+    return 1 << max(0, math.ceil(math.log2(max(numel, 1))))
+
+
+def _largest_numel(args: Any) -> int:
+    sizes = [a.numel() for a in torch.utils._pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
+    return max(sizes, default=0)
+
+
+def _dtype(args: Any) -> Optional[torch.dtype]:
+    for a in torch.utils._pytree.tree_leaves(args):
+        if isinstance(a, torch.Tensor):
+            return a.dtype
+    return None
+
+
+@dataclass
+class Sample:
+    op: str
+    overload: Any
+    bound: int
+    dtype: Optional[torch.dtype]
+    args: Any
+    kwargs: Any
+    calls: int = 0
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, tunable: Callable[[str], bool]) -> None:
+        super().__init__()
+        self.tunable = tunable
+        self.samples: dict[tuple[str, int, Any], Sample] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = op_name(func)
+        if self.tunable(name):
+            key = (name, bucket_bound(_largest_numel((args, kwargs))), _dtype(args))
+            sample = self.samples.get(key)
+            if sample is None:
+                copy = tree_map(lambda a: a.clone() if isinstance(a, torch.Tensor) else a, (args, kwargs))
+                sample = self.samples[key] = Sample(name, func, key[1], key[2], copy[0], copy[1])
+            sample.calls += 1
+        return func(*args, **kwargs)
+
+
+def _synchronize() -> None:
+    torch.flagos.synchronize()
+
+
+def time_call(fn: Callable[[], Any], repeats: int = 5, inner: int = 10) -> float:
+    """Median microseconds per call of `fn`, device work included."""
+    runs = []
+    for _ in range(repeats):
+        _synchronize()
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        _synchronize()
+        runs.append((time.perf_counter() - start) / inner * 1e6)
+    return statistics.median(runs)
+
+
+@dataclass
+class Measurement:
+    op: str
+    bound: int
+    dtype: str
+    calls: int
+    us: dict[str, float] = field(default_factory=dict)
+    first_call_s: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def best(self) -> str:
+        return min(self.us, key=self.us.get) if self.us else "native"
+
+
+@dataclass
+class TuneReport:
+    platform: str
+    workload: str
+    measurements: list[Measurement]
+    python_overhead_us: float
+    chosen: dict[str, list[dict[str, Any]]]
+    step_ms_native: float = 0.0
+    step_ms_tuned: float = 0.0
+    kept: bool = False
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def measure(sample: Sample, paths: list[str]) -> Measurement:
+    m = Measurement(sample.op, sample.bound, str(sample.dtype).replace("torch.", ""), sample.calls)
+    for path in paths:
+        try:
+            with forced(sample.op, path):
+                start = time.perf_counter()
+                sample.overload(*sample.args, **sample.kwargs)
+                _synchronize()
+                m.first_call_s[path] = round(time.perf_counter() - start, 4)
+                m.us[path] = round(time_call(lambda: sample.overload(*sample.args, **sample.kwargs)), 2)
+        except Exception as exc:  # a candidate that fails here is simply not chosen
+            m.errors[path] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    return m
+
+
+def python_route_overhead() -> float:
+    """What serving an op through a Python route kernel costs over the C++ native route (us)."""
+    x = torch.ones(8, device="flagos")
+    native = time_call(lambda: torch.ops.aten.neg.default(x), inner=200)
+    with forced("aten::neg", "native", python=True):
+        routed = time_call(lambda: torch.ops.aten.neg.default(x), inner=200)
+    return max(0.0, routed - native)
+
+
+def decide(measurements: list[Measurement], overhead_us: float, min_gain: float) -> dict[str, list[Bucket]]:
+    """Per op, the buckets to write (empty: leave the op on the C++ native route)."""
+    by_op: dict[str, list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        by_op[m.op].append(m)
+    chosen: dict[str, list[Bucket]] = {}
+    for op, ms in by_op.items():
+        gain = 0.0
+        buckets = []
+        for m in sorted(ms, key=lambda m: m.bound):
+            native = m.us.get("native")
+            best = m.best()
+            if native is None:
+                continue
+            if best != "native" and m.us[best] < native * (1 - min_gain):
+                gain += m.calls * (native - m.us[best])
+                choice = best
+            else:
+                gain -= m.calls * overhead_us  # a native call through the Python kernel
+                choice = "native"
+            buckets.append(Bucket(max_numel=m.bound, choice=choice, measured_us=dict(m.us)))
+        if gain > 0 and any(b.choice != "native" for b in buckets):
+            chosen[op] = buckets
+    return chosen
+
+
+def tune(
+    router: Router,
+    step: Callable[[], Any],
+    workload: str,
+    steps: int = 5,
+    paths: Optional[list[str]] = None,
+    include_gemm: bool = False,
+    min_gain: float = 0.05,
+    progress: Callable[[str], None] = lambda message: None,
+) -> TuneReport:
+    """Record, measure, decide and check; installs the tuned buckets in `router` when they win."""
+
+    def tunable(op: str) -> bool:
+        if op in GEMM_OPS and not include_gemm:
+            return False
+        plan = router.plan(op)
+        return any(p not in C_PATHS and (paths is None or p in paths) for p in plan.candidates)
+
+    for _ in range(2):
+        step()  # warm-up: allocator, autotuning of the native libraries
+    _synchronize()
+    recorder = _Recorder(tunable)
+    with recorder:
+        step()
+    _synchronize()
+    progress(f"recorded {len(recorder.samples)} (op, shape bucket) samples")
+    measurements = []
+    for i, sample in enumerate(recorder.samples.values()):
+        plan = router.plan(sample.op)
+        allowed = [
+            p for p in plan.candidates
+            if p != "cpu" and (paths is None or p in paths or p == "native")
+            and p in router.kernel_sets and router.kernel_sets[p].implements(sample.op)
+            and router.gate.allows(sample.op, sample.dtype, p)
+        ]
+        if len(allowed) > 1:
+            measurements.append(measure(sample, allowed))
+        progress(f"measured {i + 1}/{len(recorder.samples)} {sample.op} <= {sample.bound}")
+    overhead = python_route_overhead()
+    chosen = decide(measurements, overhead, min_gain)
+
+    def step_ms() -> float:
+        return time_call(step, repeats=3, inner=steps) / 1e3
+
+    native_ms = step_ms()
+    saved = {op: router.table.ops.get(op) for op in chosen}
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for op, buckets in chosen.items():
+        route = router.table.ops.get(op) or OpRoute(candidates=router.plan(op).candidates)
+        for b in buckets:
+            b.provenance = Provenance(source="tune", workload=workload, at=now, record=router.gate.state)
+        router.table.ops[op] = route.model_copy(update={"buckets": buckets})
+        router.refresh(op)
+    tuned_ms = step_ms() if chosen else native_ms
+    kept = bool(chosen) and tuned_ms <= native_ms
+    note = ""
+    if chosen and not kept:
+        note = f"tuned step {tuned_ms:.3f} ms was not faster than native-only {native_ms:.3f} ms: not written"
+        for op, route in saved.items():
+            if route is None:
+                router.table.ops.pop(op, None)
+            else:
+                router.table.ops[op] = route
+            router.refresh(op)
+    elif not chosen:
+        note = "no candidate beat native on this workload; the table keeps native"
+    return TuneReport(
+        platform=router.descriptor.name,
+        workload=workload,
+        measurements=measurements,
+        python_overhead_us=round(overhead, 2),
+        chosen={op: [b.model_dump(exclude_none=True) for b in bs] for op, bs in chosen.items()} if kept else {},
+        step_ms_native=round(native_ms, 3),
+        step_ms_tuned=round(tuned_ms, 3),
+        kept=kept,
+        note=note,
+    )

@@ -1,0 +1,1 @@
+"""Reference workloads shared by the tuner, the benchmarks, the conformance model case and the demo."""
