@@ -56,10 +56,15 @@ def flag(name: str) -> bool:
     return value is not None and value.strip().lower() in _TRUE
 
 
+def declared() -> list[EnvVar]:
+    """Every declared variable, sorted by name."""
+    return sorted(_REGISTRY.values(), key=lambda v: v.name)
+
+
 def table_markdown() -> str:
     """A Markdown table of every declared variable, sorted by name, for the docs."""
     lines = ["| variable | default | what it does |", "|---|---|---|"]
-    for var in sorted(_REGISTRY.values(), key=lambda v: v.name):
+    for var in declared():
         default = f"`{var.default}`" if var.default is not None else "unset"
         lines.append(f"| `{var.name}` | {default} | {var.doc} |")
     return "\n".join(lines) + "\n"

@@ -1,3 +1,4 @@
 """Imports every command module so each registers its commands on the app."""
 from torch_fl.cli import platforms  # noqa: F401
 from torch_fl.cli import routes  # noqa: F401
+from torch_fl.cli import info  # noqa: F401
