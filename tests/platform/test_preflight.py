@@ -73,7 +73,7 @@ def test_kernel_package_version_must_match_exactly(tmp_path):
 
 
 def test_disabled_kernel_set_is_not_checked(tmp_path):
-    descriptor = platform_with(tmp_path, "nvidia_h200", **{"    enabled: true\n\ncapabilities": "    enabled: false\n\ncapabilities"})
+    descriptor = platform_with(tmp_path, "nvidia_h200", **{"    vendor: nvidia\n    enabled: true": "    vendor: nvidia\n    enabled: false"})
     assert "flag_gems" not in by_name(preflight(descriptor))
 
 
