@@ -312,6 +312,30 @@ void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& 
   }
 }
 
+// PyTorch's CompositeExplicitAutograd(NonFunctional) kernels also serve PrivateUse1, ahead of any
+// fallback: without this, flagos would run decompositions (layer norm as batch norm, add as
+// empty + add.out, foreach ops one tensor at a time) where the backing has a fused kernel. Every
+// aten op the backing implements itself is claimed for the native route explicitly.
+std::vector<c10::RegistrationHandleRAII> claim_backing_kernels() {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  std::unordered_set<std::string> seen;
+  std::vector<c10::RegistrationHandleRAII> handles;
+  for (auto key : {c10::DispatchKey::CompositeExplicitAutograd, c10::DispatchKey::CompositeExplicitAutogradNonFunctional}) {
+    for (const auto& name : dispatcher.getAllOpNamesForDispatchKey(key)) {
+      if (name.name.rfind("aten::", 0) != 0 || !seen.insert(name.name + "." + name.overload_name).second) continue;
+      auto op = dispatcher.findOp(name);
+      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+          !op->hasKernelForDispatchKey(backing().key)) {
+        continue;
+      }
+      handles.push_back(dispatcher.registerImpl(name, c10::DispatchKey::PrivateUse1,
+                                                c10::KernelFunction::makeFromBoxedFunction<&native_route>(),
+                                                std::nullopt, nullptr, "torch_fl native route"));
+    }
+  }
+  return handles;
+}
+
 }  // namespace
 
 void enable_native_route() {
@@ -319,6 +343,7 @@ void enable_native_route() {
   static bool done = false;
   if (done) return;
   lib.fallback(torch::CppFunction::makeFromBoxedFunction<&native_route>());
+  static std::vector<c10::RegistrationHandleRAII> claimed = claim_backing_kernels();
   done = true;
 }
 
