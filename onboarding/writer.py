@@ -1,0 +1,182 @@
+"""Writing generated files safely: decide each file's action, keep a manifest, write atomically.
+
+The manifest (`.onboard.json` in the platform folder) holds the sha256 of every file as onboard
+last wrote it. A file whose bytes still match that hash is ours to update; a file that differs
+(or that exists but onboard never wrote) was edited by a person and is skipped unless forced.
+Everything is decided before the first byte is written, and the manifest is written last, so an
+interrupted run leaves files that the next run recognises.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+MANIFEST_FILE = ".onboard.json"
+MANIFEST_FORMAT = 1
+
+Action = Literal["created", "unchanged", "updated", "skipped-edited"]
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` (UTF-8) so no reader ever sees a half-written file.
+
+    A twin of torch_fl.routing.table.write_atomically, kept here because importing the routing
+    package imports torch, which onboarding and the skills commands must not need; this one also
+    fixes the encoding and flushes to disk before the rename.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp makes the file private (0600); give it the mode a plain write would have.
+        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def digest(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One file to generate: where it goes and what it holds."""
+
+    path: Path
+    text: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened (or, in a dry run, would happen) to one file."""
+
+    path: Path
+    action: Action
+    reason: str = ""
+
+    def as_dict(self, base: Path | None = None) -> dict[str, str]:
+        shown = _shown(self.path, base)
+        out = {"path": shown, "action": self.action}
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+def _shown(path: Path, base: Path | None) -> str:
+    if base is not None:
+        try:
+            return path.resolve().relative_to(base.resolve()).as_posix()
+        except ValueError:
+            pass
+    return str(path)
+
+
+@dataclass
+class Manifest:
+    """The hashes onboard wrote, keyed by path relative to the platform folder, and the options used."""
+
+    folder: Path
+    platform: str
+    options: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return self.folder / MANIFEST_FILE
+
+    def key(self, path: Path) -> str:
+        # Relative to the platform folder (the workflow lies outside it: ../../.github/...), so the
+        # manifest stays right when the whole repository moves.
+        return Path(os.path.relpath(path.resolve(), self.folder.resolve())).as_posix()
+
+    def text(self) -> str:
+        data = {
+            "format": MANIFEST_FORMAT,
+            "generator": "torch-fl onboard",
+            "platform": self.platform,
+            "options": dict(sorted(self.options.items())),
+            "files": dict(sorted(self.files.items())),
+        }
+        return json.dumps(data, indent=2) + "\n"
+
+    @classmethod
+    def read(cls, folder: Path) -> Manifest | None:
+        """The manifest of `folder`, or None when onboard never wrote there (or the file is unreadable)."""
+        try:
+            data = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+            return None
+        return cls(folder, str(data.get("platform", "")), dict(data.get("options") or {}), dict(data.get("files") or {}))
+
+
+def decide(planned: list[Planned], manifest: Manifest, force: bool) -> list[Outcome]:
+    """Each file's action, from what is on disk and what the manifest says onboard wrote."""
+    outcomes = []
+    for item in planned:
+        try:
+            current = item.path.read_bytes().decode("utf-8")
+        except FileNotFoundError:
+            outcomes.append(Outcome(item.path, "created"))
+            continue
+        except (OSError, UnicodeDecodeError):
+            current = None
+        if current == item.text:
+            outcomes.append(Outcome(item.path, "unchanged"))
+        elif current is not None and manifest.files.get(manifest.key(item.path)) == digest(current):
+            outcomes.append(Outcome(item.path, "updated"))
+        elif force:
+            outcomes.append(Outcome(item.path, "updated", "overwrote a file edited since onboard wrote it (--force)"))
+        else:
+            why = "edited since onboard wrote it" if manifest.key(item.path) in manifest.files else "exists and was not written by onboard"
+            outcomes.append(Outcome(item.path, "skipped-edited", f"{why}; kept (use --force to overwrite)"))
+    return outcomes
+
+
+def with_hashes(manifest: Manifest, planned: list[Planned], outcomes: list[Outcome]) -> Manifest:
+    """The manifest after this run: hashes of what was written or found equal.
+
+    A skipped file keeps its old entry (if any), so the next run still sees it as edited.
+    """
+    files = dict(manifest.files)
+    for item, outcome in zip(planned, outcomes):
+        if outcome.action != "skipped-edited":
+            files[manifest.key(item.path)] = digest(item.text)
+    return Manifest(manifest.folder, manifest.platform, dict(manifest.options), files)
+
+
+def manifest_outcome(manifest: Manifest) -> Outcome:
+    """What writing `manifest` would do to the file on disk."""
+    try:
+        current = manifest.path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Outcome(manifest.path, "created")
+    except (OSError, UnicodeDecodeError):
+        current = None
+    return Outcome(manifest.path, "unchanged" if current == manifest.text() else "updated")
+
+
+def apply(planned: list[Planned], outcomes: list[Outcome], manifest: Manifest) -> None:
+    """Write the created/updated files atomically, then `manifest` (from `with_hashes`) last."""
+    for item, outcome in zip(planned, outcomes):
+        if outcome.action in ("created", "updated"):
+            write_atomically(item.path, item.text)
+    if manifest_outcome(manifest).action != "unchanged":
+        write_atomically(manifest.path, manifest.text())

@@ -1,0 +1,60 @@
+"""`torch-fl triage`: classify and deduplicate the failures of a conformance record; compare with an older one."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from torch_fl.cli import app
+from torch_fl.cli.output import JsonOption, console, emit, fail
+
+
+@app.command("triage")
+def triage_cmd(
+    name: str = typer.Argument(..., help="Platform name."),
+    record: Path | None = typer.Option(None, "--record", help="Record to read (default: the platform's record for this torch line)."),
+    against: Path | None = typer.Option(
+        None, "--against", help="An older record, or a saved `torch-fl triage --json` report, to compare with."
+    ),
+    as_json: bool = JsonOption,
+) -> None:
+    """Group failing cases by fingerprint and kind (unsupported-op, precision, crash, missing-feature, other).
+
+    Exits 0 whenever the record could be read: `.ok` says whether anything fails, and with --against, `.comparison.new_failures` lists what broke since.
+    """
+    from torch_fl.onboarding.errors import OnboardError
+    from torch_fl.onboarding.triage import default_record, read_baseline, read_record, triage
+    from torch_fl.platform.discovery import load_platform
+    from torch_fl.platform.errors import PlatformError
+
+    try:
+        if record is None:
+            record = default_record(load_platform(name).directory)
+        loaded = read_record(record)
+        baseline = read_baseline(against) if against is not None else None
+    except (OnboardError, PlatformError) as exc:
+        raise fail(str(exc), as_json, 1, platform=name) from None
+    if loaded.platform != name:
+        raise fail(f"{record} is a record of platform {loaded.platform!r}, not {name!r}", as_json, 1, platform=name)
+    report = triage(loaded, str(record), baseline)
+
+    def human() -> None:
+        s = report["summary"]
+        console.print(f"{name}: {s['cases']} cases, {s['passed']} passed, {s['failing']} failing in {s['groups']} group(s)  [{record}]")
+        if report["groups"]:
+            table = Table()
+            for column in ("kind", "count", "ops", "paths", "message"):
+                table.add_column(column)
+            for g in report["groups"]:
+                ops = ", ".join(g["ops"][:4]) + (" ..." if len(g["ops"]) > 4 else "")
+                table.add_row(g["category"], str(g["count"]), ops, ", ".join(g["paths"]), g["message"][:120])
+            console.print(table)
+        comparison = report.get("comparison")
+        if comparison:
+            console.print(
+                f"against {comparison['against']}: {len(comparison['new_failures'])} new, "
+                f"{len(comparison['fixed'])} fixed, {len(comparison['still_failing'])} still failing"
+            )
+
+    emit(report, as_json, human)
