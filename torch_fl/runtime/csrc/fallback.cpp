@@ -64,13 +64,20 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
     const auto& schema = op.schema();
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
       const auto& a = schema.arguments()[i];
-      const auto kind = a.type()->kind();
+      auto type = a.type();
+      if (type->kind() == c10::TypeKind::OptionalType) {
+        const auto element = type->castRaw<c10::OptionalType>()->getElementType()->kind();
+        if (element == c10::TypeKind::DeviceObjType || element == c10::TypeKind::GeneratorType) {
+          type = type->castRaw<c10::OptionalType>()->getElementType();  // Device? / Generator?
+        }
+      }
+      const auto kind = type->kind();
       const auto* alias = a.alias_info();
       Arg arg = Arg::kOther;
       if (kind == c10::TypeKind::TensorType) {
         arg = alias && alias->isWrite() ? Arg::kWrite : Arg::kTensor;
       } else if (kind == c10::TypeKind::ListType || kind == c10::TypeKind::OptionalType) {
-        arg = Arg::kList;  // lists and optionals are inspected value by value
+        arg = Arg::kList;  // lists and optional tensors are inspected value by value
       } else if (kind == c10::TypeKind::GeneratorType) {
         arg = Arg::kGenerator;
       } else if (kind == c10::TypeKind::DeviceObjType) {
@@ -197,6 +204,7 @@ void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t base = stack->size() - n;
   c10::SmallVector<Swap, 6> swaps;
   c10::DeviceIndex index = -1;
+  std::optional<c10::Device> host_operand;
   auto borrow = [&](const at::Tensor& t, bool written) {
     note_device(index, t);
     at::Tensor alias = borrow_as_backing(t);
@@ -209,7 +217,11 @@ void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     switch (info.args[i]) {
       case Arg::kTensor:
       case Arg::kWrite:
-        if (iv.isTensor() && is_flagos(iv.toTensor())) iv = borrow(iv.toTensor(), info.args[i] == Arg::kWrite);
+        if (iv.isTensor() && is_flagos(iv.toTensor())) {
+          iv = borrow(iv.toTensor(), info.args[i] == Arg::kWrite);
+        } else if (host_backed() && iv.isTensor() && iv.toTensor().defined() && iv.toTensor().dim() > 0) {
+          host_operand = iv.toTensor().device();
+        }
         break;
       case Arg::kList:
         map_list(iv, [&](const at::Tensor& t) { return borrow(t, false); });
@@ -224,6 +236,11 @@ void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         break;
     }
   }
+  // On the host backing a CPU operand would silently work; refuse it as a device kernel would
+  // (0-dim CPU tensors are scalars and allowed; index lists may live on the CPU, as on CUDA).
+  TORCH_CHECK(!host_operand.has_value() || index < 0,
+              "Expected all tensors to be on the same device, but found at least two devices, flagos:",
+              static_cast<int>(index), " and ", host_operand.value_or(c10::Device(at::kCPU)), "!");
   if (info.generator_arg >= 0) {
     // No generator given: draw from the flagos default generator of the op's device.
     c10::IValue& g = (*stack)[base + info.generator_arg];

@@ -5,12 +5,12 @@ import torch
 
 from torch_fl.runtime.device.core import core, index
 
-default_generators: tuple[torch.Generator, ...] = ()
+# Filled in place once the core is up, so `from torch.flagos import default_generators` stays valid.
+default_generators: list[torch.Generator] = []
 
 
 def _bind_generators() -> None:
-    global default_generators
-    default_generators = tuple(core().default_generator(i) for i in range(core().device_count()))
+    default_generators[:] = [core().default_generator(i) for i in range(core().device_count())]
 
 
 def get_rng_state(device: "torch.device | str | int" = "flagos") -> torch.Tensor:
