@@ -50,7 +50,12 @@ def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | N
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
     _enable_autocast_passthrough()
+    from torch_fl.runtime import cuda_alias, distributed, inductor
+
+    distributed.register(backing)
+    inductor.register(backing)
     _core = loaded
+    cuda_alias.enable_from_env()
     return loaded
 
 
