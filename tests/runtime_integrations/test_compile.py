@@ -1,0 +1,194 @@
+"""torch.compile (inductor) on flagos tensors: compiled results equal eager, forward and backward.
+
+On the host backing inductor generates C++ kernels that run on flagos host memory; on CUDA backing
+it generates Triton kernels on flagos (CUDA) memory. Either way, operators inductor leaves to extern
+kernels (mm, addmm) must still dispatch through flagos, where the native route serves them.
+The CUDA tests run on a GPU board with FLAGOS_PLATFORM=nvidia_h200.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._inductor.utils import run_and_get_code
+
+import torch_fl
+from torch_fl.runtime import inductor
+from torch_fl.runtime.device import core as device_core
+
+ACTIVE = torch_fl.is_active()
+BACKING = device_core.backing() if ACTIVE else None
+
+host_backing = pytest.mark.skipif(BACKING != "cpu", reason=f"needs flagos on the host backing; here: {BACKING}")
+cuda_backing = pytest.mark.skipif(
+    not torch.cuda.is_available() or BACKING != "cuda",
+    reason="needs a CUDA device and flagos on CUDA backing (FLAGOS_PLATFORM=nvidia_h200)",
+)
+# Compiled and eager code reduce in different orders; on CUDA TF32/fused kernels widen that.
+TOL = {"cpu": {"rtol": 1e-5, "atol": 1e-5}, "cuda": {"rtol": 1e-4, "atol": 1e-4}}.get(BACKING or "cpu")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    if ACTIVE:
+        inductor.register(BACKING)  # idempotent; the runtime's start() registers it too
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _pointwise_reduction(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (x.sin() * 2 + y).relu().sum(-1) + x.mean()
+
+
+def _matmul_chain(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return ((a @ b).relu() * 0.5 + 1).pow(2).sum()
+
+
+class MLP(nn.Module):
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.up = nn.Linear(d, 2 * d)
+        self.down = nn.Linear(2 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.up(self.norm(x)))) + x
+
+
+def _native_calls(prefixes: tuple[str, ...]) -> int:
+    counts = torch_fl.runtime.core().route_counts()
+    return sum(native for op, (native, _cpu) in counts.items() if op.startswith(prefixes))
+
+
+def _train_losses(model: nn.Module, x: torch.Tensor, steps: int = 3) -> list[float]:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_registration_is_lazy():
+    """Registering costs nothing until PyTorch loads dynamo and inductor (a plain import stays fast)."""
+    code = (
+        "import sys, torch, torch_fl\n"
+        "from torch_fl.runtime import inductor\n"
+        "inductor.register('cpu')\n"
+        "assert 'torch._dynamo' not in sys.modules and inductor.registered() is None\n"
+        "y = torch.compile(lambda x: x * 2 + 1)(torch.ones(4, device='flagos'))\n"
+        "assert inductor.registered() == 'cpu' and y.device.type == 'flagos' and y.tolist() == [3.0] * 4\n"
+    )
+    env = dict(os.environ, FLAGOS_PLATFORM="host_ref")
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- host backing: C++ kernels
+
+
+@host_backing
+def test_pointwise_and_reduction_compile_to_cpp_on_flagos():
+    x, y = torch.randn(64, 128, device="flagos"), torch.randn(64, 128, device="flagos")
+    out, code = run_and_get_code(torch.compile(_pointwise_reduction), x, y)
+    source = "\n".join(code)
+    assert "cpp_fused" in source and "async_compile.cpp" in source, source
+    assert "@triton.jit" not in source
+    assert inductor.registered() == "cpu"
+    assert out.device.type == "flagos"
+    torch.testing.assert_close(out, _pointwise_reduction(x, y), **TOL)
+    torch.testing.assert_close(out.cpu(), _pointwise_reduction(x.cpu(), y.cpu()), **TOL)
+
+
+@host_backing
+def test_forward_and_backward_equal_eager_with_extern_mm_through_flagos():
+    a0, b0 = torch.randn(32, 64), torch.randn(64, 16)
+    a, b = a0.to("flagos").requires_grad_(), b0.to("flagos").requires_grad_()
+    compiled = torch.compile(_matmul_chain)
+    compiled(a, b).backward()  # compile forward and backward once
+    a.grad = b.grad = None
+
+    torch_fl.runtime.core().reset_route_counts()
+    out, code = run_and_get_code(compiled, a, b)
+    assert _native_calls(("aten::mm",)) >= 1, "the compiled forward's mm did not dispatch through flagos"
+    out.backward()
+    assert _native_calls(("aten::mm",)) >= 3, "the compiled backward's mms did not dispatch through flagos"
+    assert "extern_kernels.mm" in "\n".join(code)
+
+    ae, be = a0.to("flagos").requires_grad_(), b0.to("flagos").requires_grad_()
+    eager = _matmul_chain(ae, be)
+    eager.backward()
+    torch.testing.assert_close(out, eager, **TOL)
+    torch.testing.assert_close(a.grad, ae.grad, **TOL)
+    torch.testing.assert_close(b.grad, be.grad, **TOL)
+    assert a.grad.device.type == "flagos" and b.grad.device.type == "flagos"
+
+
+@host_backing
+def test_mlp_trains_three_steps_like_eager():
+    torch.manual_seed(0)
+    base = MLP()
+    x = torch.randn(16, 32).to("flagos")
+    eager = _train_losses(copy.deepcopy(base).to("flagos"), x)
+    compiled_model = copy.deepcopy(base).to("flagos")
+    compiled = _train_losses(torch.compile(compiled_model), x)
+    torch.testing.assert_close(compiled, eager, **TOL)
+    assert all(p.device.type == "flagos" for p in compiled_model.parameters())
+
+
+# ---- CUDA backing: Triton kernels
+
+
+@pytest.mark.cuda
+@cuda_backing
+def test_pointwise_and_reduction_compile_to_triton_on_flagos():
+    x, y = torch.randn(512, 1024, device="flagos"), torch.randn(512, 1024, device="flagos")
+    out, code = run_and_get_code(torch.compile(_pointwise_reduction), x, y)
+    assert "@triton.jit" in "\n".join(code)
+    assert inductor.registered() == "cuda"
+    assert out.device.type == "flagos"
+    torch.testing.assert_close(out, _pointwise_reduction(x, y), **TOL)
+
+
+@pytest.mark.cuda
+@cuda_backing
+def test_triton_forward_and_backward_equal_eager_with_extern_mm_through_flagos():
+    a0, b0 = torch.randn(128, 256), torch.randn(256, 64)
+    a, b = a0.to("flagos").requires_grad_(), b0.to("flagos").requires_grad_()
+    compiled = torch.compile(_matmul_chain)
+    compiled(a, b).backward()
+    a.grad = b.grad = None
+    torch_fl.runtime.core().reset_route_counts()
+    out, code = run_and_get_code(compiled, a, b)
+    out.backward()
+    assert _native_calls(("aten::mm",)) >= 3, "mm in the compiled code did not dispatch through flagos"
+    assert "@triton.jit" in "\n".join(code)
+    ae, be = a0.to("flagos").requires_grad_(), b0.to("flagos").requires_grad_()
+    eager = _matmul_chain(ae, be)
+    eager.backward()
+    torch.testing.assert_close(out, eager, rtol=1e-3, atol=1e-2)
+    torch.testing.assert_close(a.grad, ae.grad, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(b.grad, be.grad, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.cuda
+@cuda_backing
+def test_triton_mlp_trains_three_steps_like_eager():
+    torch.manual_seed(0)
+    base = MLP(256)
+    x = torch.randn(64, 256).to("flagos")
+    eager = _train_losses(copy.deepcopy(base).to("flagos"), x)
+    compiled = _train_losses(torch.compile(copy.deepcopy(base).to("flagos")), x)
+    torch.testing.assert_close(compiled, eager, rtol=1e-3, atol=1e-4)

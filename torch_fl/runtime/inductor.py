@@ -1,0 +1,377 @@
+"""torch.compile (inductor) for the flagos device.
+
+`register(backing)` tells inductor and dynamo how to generate and run code for flagos tensors:
+
+- host backing ("cpu"): C++/OpenMP kernels (CppScheduling) that run directly on flagos host
+  pointers; the wrapper calls them as it calls CPU kernels. flagos is not a GPU type here.
+- CUDA backing ("cuda"): Triton kernels (TritonScheduling, PythonWrapperCodegen) launched on the
+  current CUDA stream, which is the current flagos stream; "flagos" joins inductor's GPU types,
+  the wrapper's device operations are CUDA's, dynamo's device interface forwards hardware queries
+  to torch.cuda, and the device properties handed to Triton say "cuda" (Triton compiles for a
+  target it knows; the pointers it receives are CUDA memory labelled flagos).
+
+Registration is lazy (see `register`): it costs nothing at start-up, and dynamo and inductor are
+extended when PyTorch first loads them.
+
+Either way, operators inductor does not generate (mm, convolution, SDPA, ...) stay extern kernel
+calls on flagos tensors, so they dispatch through flagos and the active routes serve them.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import multiprocessing
+import sys
+import warnings
+from types import ModuleType
+from typing import Any, Callable
+
+import torch
+
+FLAGOS = "flagos"
+
+_requested: str | None = None
+_registered: dict[str, str] = {}  # part ("interface", "codegen") -> backing
+
+
+def register(backing: str) -> None:
+    """Registers inductor code generation and dynamo's device interface for flagos. Idempotent.
+
+    Cheap to call at start-up: each part is installed as soon as PyTorch loads the module it
+    extends (now, if already loaded), so a process that never compiles never imports dynamo or
+    inductor: dynamo's device interface when torch._dynamo.device_interface loads, the code
+    generation when torch._inductor.compile_fx loads (the first torch.compile with inductor).
+    """
+    global _requested
+    if _requested is not None:
+        if _requested != backing:
+            raise RuntimeError(f"inductor is registered for flagos on '{_requested}', not '{backing}'")
+        return
+    if backing not in ("cpu", "cuda"):
+        raise RuntimeError(f"inductor has no code generation known for the backing device '{backing}'")
+    _requested = backing
+    _after_import("torch._dynamo.device_interface", lambda: _install("interface", backing))
+    _after_import("torch._inductor.compile_fx", lambda: _install("codegen", backing))
+
+
+def registered() -> str | None:
+    """The backing whose code generation is installed in inductor, or None (not yet loaded)."""
+    return _registered.get("codegen")
+
+
+def _install(part: str, backing: str) -> None:
+    if part in _registered:
+        return
+    if part == "interface":
+        _register_interface(backing)
+    elif backing == "cpu":
+        _register_host_codegen()
+    else:
+        _register_cuda_codegen()
+    _registered[part] = backing
+
+
+class _PostImportHook(importlib.abc.MetaPathFinder):
+    """Runs `callback` once, right after the module `name` has been executed by its import."""
+
+    def __init__(self, name: str, callback: Callable[[], None]) -> None:
+        self.name = name
+        self.callback = callback
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find else None
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        execute, callback = spec.loader.exec_module, self.callback
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            _run_hook(fullname, callback)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _after_import(name: str, callback: Callable[[], None]) -> None:
+    if name in sys.modules:
+        _run_hook(name, callback)
+    else:
+        sys.meta_path.insert(0, _PostImportHook(name, callback))
+
+
+def _run_hook(name: str, callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception as exc:  # noqa: BLE001 - PyTorch's own import must not fail because of flagos
+        warnings.warn(f"torch_fl: registering flagos with {name} failed: {exc!r}", stacklevel=2)
+
+
+def _index(device: Any) -> int:
+    """The flagos device index of a torch.cuda-style device argument (None: the current device)."""
+    from torch_fl.runtime.device import core
+
+    return core.index(device)
+
+
+def _register_interface(backing: str) -> None:
+    from torch._dynamo.device_interface import register_interface_for_device
+
+    interface = _host_interface() if backing == "cpu" else _cuda_interface()
+    register_interface_for_device(FLAGOS, interface)
+    for i in range(torch.flagos.device_count()):
+        register_interface_for_device(f"{FLAGOS}:{i}", interface)
+
+
+# ---------------------------------------------------------------------------------------------
+# host backing: C++ kernels on host pointers
+
+
+def _register_host_codegen() -> None:
+    from torch._inductor.codegen.common import register_backend_for_device, register_device_op_overrides
+    from torch._inductor.codegen.cpp import CppScheduling
+
+    register_device_op_overrides(FLAGOS, _host_op_overrides())
+    register_backend_for_device(FLAGOS, CppScheduling, _host_wrapper())
+    _schedule_as_cpu()
+
+
+def _schedule_as_cpu() -> None:
+    """The scheduler skips its GPU-only loop transformations (reordering, reindexing for fusion)
+    for CPU nodes, which the C++ backend cannot take; flagos nodes on the host are C++ nodes too."""
+    from torch._inductor.scheduler import BaseSchedulerNode
+
+    if getattr(BaseSchedulerNode.is_cpu, "_flagos", False):
+        return
+
+    def is_cpu(self: Any) -> bool:
+        device = self.get_device()
+        return device is not None and device.type in ("cpu", FLAGOS)
+
+    is_cpu._flagos = True  # type: ignore[attr-defined]
+    BaseSchedulerNode.is_cpu = is_cpu
+
+
+def _host_op_overrides() -> Any:
+    from torch._inductor.codegen.common import DeviceOpOverrides
+
+    class HostOpOverrides(DeviceOpOverrides):
+        """Wrapper-code snippets: host work is synchronous and has no raw stream."""
+
+        def import_get_raw_stream_as(self, name: str) -> str:
+            return f"def {name}(_index): return 0"
+
+        def set_device(self, device_idx: int) -> str:
+            return f"torch.flagos.set_device({device_idx})"
+
+        def synchronize(self) -> str:
+            return "pass"
+
+        def device_guard(self, device_idx: int) -> str:
+            return f"torch.flagos.device({device_idx})"
+
+        def current_stream(self) -> str:
+            return "torch.flagos.current_stream()"
+
+        def cpp_kernel_type(self) -> str:
+            return "void*"
+
+    return HostOpOverrides()
+
+
+def _host_wrapper() -> type:
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+    from torch._inductor.virtualized import V
+
+    class HostWrapperCodegen(PythonWrapperCodegen):
+        """Calls the generated C++ kernels on flagos tensors exactly as on CPU tensors."""
+
+        @staticmethod
+        def create(is_subgraph: bool, subgraph_name: str | None, parent_wrapper: Any, partition_signatures: Any = None) -> Any:
+            if is_subgraph:
+                return SubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+            return HostWrapperCodegen()
+
+        def _generate_kernel_call_helper(self, kernel_name: str, call_args: Any, *, device: Any = None, **kwargs: Any) -> None:
+            device = device or V.graph.get_current_device_or_throw()
+            if device.type == FLAGOS:
+                device = torch.device("cpu")
+            super()._generate_kernel_call_helper(kernel_name, call_args, device=device, **kwargs)
+
+    return HostWrapperCodegen
+
+
+def _host_interface() -> type:
+    from torch._dynamo.device_interface import CpuDeviceProperties, DeviceInterface
+
+    flagos = torch.flagos
+
+    class HostInterface(DeviceInterface):
+        """Dynamo's view of flagos on the host: torch.flagos for devices and streams."""
+
+        device = flagos.device
+        Event = torch.Event
+        Stream = torch.Stream
+
+        class Worker:
+            @staticmethod
+            def set_device(device: int) -> None:
+                pass
+
+            @staticmethod
+            def current_device() -> int:
+                return 0
+
+            @staticmethod
+            def get_device_properties(device: Any = None) -> Any:
+                return CpuDeviceProperties(multiprocessing.cpu_count())
+
+        current_device = staticmethod(flagos.current_device)
+        set_device = staticmethod(flagos.set_device)
+        device_count = staticmethod(flagos.device_count)
+        stream = staticmethod(flagos.stream)
+        current_stream = staticmethod(flagos.current_stream)
+        set_stream = staticmethod(flagos.set_stream)
+        synchronize = staticmethod(flagos.synchronize)
+        memory_allocated = staticmethod(flagos.memory_allocated)
+
+        @staticmethod
+        def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
+            flagos.set_stream(torch.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type))
+
+        @staticmethod
+        def exchange_device(device: int) -> int:
+            return torch._C._accelerator_hooks_exchange_device(device)
+
+        @staticmethod
+        def maybe_exchange_device(device: int) -> int:
+            return torch._C._accelerator_hooks_maybe_exchange_device(device)
+
+        @staticmethod
+        def is_available() -> bool:
+            return True
+
+        @staticmethod
+        def get_raw_stream(device_idx: int) -> int:
+            return 0
+
+        @staticmethod
+        def get_device_properties(device: Any = None) -> Any:
+            return CpuDeviceProperties(multiprocessing.cpu_count())
+
+        @staticmethod
+        def get_compute_capability(device: Any = None) -> str:
+            return ""
+
+        @staticmethod
+        def is_bf16_supported(including_emulation: bool = False) -> bool:
+            return flagos.is_bf16_supported()
+
+        @staticmethod
+        def is_triton_capable(device: Any = None) -> bool:
+            return False
+
+        @staticmethod
+        def raise_if_triton_unavailable(device: Any = None) -> None:
+            raise RuntimeError("flagos on the host backing compiles C++ kernels; Triton is not available for it")
+
+    return HostInterface
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA backing: Triton kernels on CUDA memory labelled flagos
+
+
+def _cuda_device(device: Any) -> Any:
+    """torch.cuda's name for a flagos device (same index); anything else unchanged."""
+    if isinstance(device, str) and device.startswith(FLAGOS):
+        device = torch.device(device)
+    if isinstance(device, torch.device) and device.type == FLAGOS:
+        return torch.device("cuda", _index(device))
+    return device
+
+
+def _on_cuda(fn: Any) -> Any:
+    """A torch.cuda query that accepts flagos devices."""
+
+    @functools.wraps(fn)
+    def call(device: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return fn(_cuda_device(device), *args, **kwargs)
+
+    return staticmethod(call)
+
+
+def _register_cuda_codegen() -> None:
+    import torch._inductor.utils as inductor_utils
+    from torch._inductor.codegen.common import (
+        get_device_op_overrides,
+        register_backend_for_device,
+        register_device_op_overrides,
+    )
+    from torch._inductor.codegen.triton import TritonScheduling
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
+    if FLAGOS not in inductor_utils.GPU_TYPES:
+        inductor_utils.GPU_TYPES.append(FLAGOS)
+    _prefer_flagos_as_gpu_type(inductor_utils)
+    register_backend_for_device(FLAGOS, TritonScheduling, PythonWrapperCodegen)
+    # flagos:i is cuda:i with another label: the wrapper's streams, guards and syncs are CUDA's.
+    register_device_op_overrides(FLAGOS, get_device_op_overrides("cuda"))
+    _report_cuda_to_triton()
+
+
+def _prefer_flagos_as_gpu_type(inductor_utils: Any) -> None:
+    """inductor's get_gpu_type() (cached) asserts that one GPU type is available; with flagos over
+    CUDA both are. Prime its cache with "flagos", the device this process computes on."""
+    saved = list(inductor_utils.GPU_TYPES)
+    inductor_utils.get_gpu_type.cache_clear()
+    inductor_utils.GPU_TYPES[:] = [FLAGOS]  # other modules hold this list object: edit in place
+    try:
+        inductor_utils.get_gpu_type()
+    finally:
+        inductor_utils.GPU_TYPES[:] = saved
+
+
+def _cuda_interface() -> type:
+    from torch._dynamo.device_interface import CudaInterface
+
+    class CudaBackedInterface(CudaInterface):
+        """Dynamo's view of flagos over CUDA: torch.cuda answers, for the device of the same index."""
+
+        get_device_properties = _on_cuda(torch.cuda.get_device_properties)
+        get_compute_capability = _on_cuda(CudaInterface.get_compute_capability)
+        is_triton_capable = _on_cuda(CudaInterface.is_triton_capable)
+        raise_if_triton_unavailable = _on_cuda(CudaInterface.raise_if_triton_unavailable)
+        synchronize = _on_cuda(torch.cuda.synchronize)
+        current_stream = _on_cuda(torch.cuda.current_stream)
+        memory_allocated = _on_cuda(torch.cuda.memory_allocated)
+
+        class Worker(CudaInterface.Worker):
+            @staticmethod
+            def get_device_properties(device: Any = None) -> Any:
+                return CudaInterface.Worker.get_device_properties(_cuda_device(device))
+
+    return CudaBackedInterface
+
+
+def _report_cuda_to_triton() -> None:
+    """Device properties of a flagos device are those of its CUDA device, type "cuda" included,
+    so Triton compiles for its CUDA target."""
+    from torch._inductor.runtime import hints
+
+    create = hints.DeviceProperties.create.__func__  # the cached function behind the classmethod
+    if getattr(create, "_flagos", False):
+        return
+
+    def create_for_flagos(cls: type, device: Any) -> Any:
+        return create(cls, _cuda_device(device))
+
+    create_for_flagos._flagos = True  # type: ignore[attr-defined]
+    hints.DeviceProperties.create = classmethod(create_for_flagos)
