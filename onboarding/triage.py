@@ -34,7 +34,7 @@ CATEGORIES = ("unsupported-op", "precision", "crash", "missing-feature", "other"
 HINTS = {
     "unsupported-op": "no kernel serves the op on this path: add one (torch-fl kernel add NAME --op OP) or leave the op on native",
     "precision": "results differ beyond tolerance: check the kernel's accumulation dtype and reduction order against the CPU float64 reference",
-    "crash": "the case killed its worker or hung: run it alone (torch-fl conformance run NAME -k CASE) and fix the kernel before anything else",
+    "crash": "the case killed its worker or hung: run it alone (the group's rerun command) and fix the kernel before anything else",
     "missing-feature": "a device feature is not provided: implement it in the runtime or drop the claim from capabilities in platform.yaml",
     "other": "read the message: it fits no known kind",
 }
@@ -83,6 +83,20 @@ def fingerprint(case: Case) -> str:
     return "msg:" + hashlib.sha256(f"{case.suite}|{case.path}|{normal}".encode()).hexdigest()[:16]
 
 
+def rerun_command(case: Case, platform: str) -> str:
+    """The `torch-fl conformance run` that repeats just this case's item (ids: ops/<opinfo>/<dtype>/<path>...).
+
+    Its record goes to a scratch folder: a partial run must not replace the platform's full record.
+    """
+    parts = case.id.split("/")
+    words = ["torch-fl", "conformance", "run", platform, "--suite", case.suite, "--record-dir", f".conformance-runs/rerun-{platform}"]
+    if case.suite == "ops" and len(parts) >= 3:
+        words += ["-k", f'"{parts[1]}-{parts[2]}"']  # the pytest item is test_op[<opinfo>-<dtype>]
+    if case.path:
+        words += ["--paths", case.path if case.path == "native" else f"native,{case.path}"]
+    return " ".join(words + ["--json"])
+
+
 @dataclass
 class Group:
     """Failing cases that share one fingerprint: one problem."""
@@ -91,7 +105,7 @@ class Group:
     category: str
     cases: list[Case] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, platform: str) -> dict[str, Any]:
         first = self.cases[0]
         return {
             "fingerprint": self.fingerprint,
@@ -105,6 +119,7 @@ class Group:
             "message": (first.message or "")[:500],
             "example": first.id,
             "case_ids": [c.id for c in self.cases],
+            "rerun": rerun_command(first, platform),
             "hint": HINTS[self.category],
         }
 
@@ -209,7 +224,7 @@ def triage(record: Record, source: str, baseline: Baseline | None = None) -> dic
             "by_status": dict(sorted(statuses.items())),
             "by_category": by_category,
         },
-        "groups": [g.as_dict() for g in groups],
+        "groups": [g.as_dict(record.platform) for g in groups],
         # Kept so this report can itself be the baseline of a later triage (--against).
         "passed_ids": sorted(c.id for c in record.cases if c.status == "passed"),
     }

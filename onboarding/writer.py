@@ -3,8 +3,10 @@
 The manifest (`.onboard.json` in the platform folder) holds the sha256 of every file as onboard
 last wrote it. A file whose bytes still match that hash is ours to update; a file that differs
 (or that exists but onboard never wrote) was edited by a person and is skipped unless forced.
-Everything is decided before the first byte is written, and the manifest is written last, so an
-interrupted run leaves files that the next run recognises.
+Everything is decided before the first byte is written. Before writing, the manifest records the
+hashes about to be written as `pending`; after the last file it is rewritten without them. A run
+interrupted in between leaves each file either as it was or as intended, and both are recognised
+as onboard's own by the next run, which then completes the work.
 """
 from __future__ import annotations
 
@@ -95,6 +97,7 @@ class Manifest:
     platform: str
     options: dict[str, Any] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    pending: dict[str, str] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
@@ -105,6 +108,11 @@ class Manifest:
         # manifest stays right when the whole repository moves.
         return Path(os.path.relpath(path.resolve(), self.folder.resolve())).as_posix()
 
+    def wrote(self, path: Path, text: str) -> bool:
+        """Are these bytes what onboard last wrote (or was about to write) at `path`?"""
+        key, h = self.key(path), digest(text)
+        return self.files.get(key) == h or self.pending.get(key) == h
+
     def text(self) -> str:
         data = {
             "format": MANIFEST_FORMAT,
@@ -113,6 +121,8 @@ class Manifest:
             "options": dict(sorted(self.options.items())),
             "files": dict(sorted(self.files.items())),
         }
+        if self.pending:
+            data["pending"] = dict(sorted(self.pending.items()))
         return json.dumps(data, indent=2) + "\n"
 
     @classmethod
@@ -124,7 +134,13 @@ class Manifest:
             return None
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
             return None
-        return cls(folder, str(data.get("platform", "")), dict(data.get("options") or {}), dict(data.get("files") or {}))
+        return cls(
+            folder,
+            str(data.get("platform", "")),
+            dict(data.get("options") or {}),
+            dict(data.get("files") or {}),
+            dict(data.get("pending") or {}),
+        )
 
 
 def decide(planned: list[Planned], manifest: Manifest, force: bool) -> list[Outcome]:
@@ -140,25 +156,29 @@ def decide(planned: list[Planned], manifest: Manifest, force: bool) -> list[Outc
             current = None
         if current == item.text:
             outcomes.append(Outcome(item.path, "unchanged"))
-        elif current is not None and manifest.files.get(manifest.key(item.path)) == digest(current):
+        elif current is not None and manifest.wrote(item.path, current):
             outcomes.append(Outcome(item.path, "updated"))
         elif force:
             outcomes.append(Outcome(item.path, "updated", "overwrote a file edited since onboard wrote it (--force)"))
         else:
-            why = "edited since onboard wrote it" if manifest.key(item.path) in manifest.files else "exists and was not written by onboard"
+            known = manifest.key(item.path) in manifest.files or manifest.key(item.path) in manifest.pending
+            why = "edited since onboard wrote it" if known else "exists and was not written by onboard"
             outcomes.append(Outcome(item.path, "skipped-edited", f"{why}; kept (use --force to overwrite)"))
     return outcomes
 
 
 def with_hashes(manifest: Manifest, planned: list[Planned], outcomes: list[Outcome]) -> Manifest:
-    """The manifest after this run: hashes of what was written or found equal.
+    """The manifest after this run: hashes of what was written or found equal, nothing pending.
 
     A skipped file keeps its old entry (if any), so the next run still sees it as edited.
     """
     files = dict(manifest.files)
     for item, outcome in zip(planned, outcomes):
+        key = manifest.key(item.path)
         if outcome.action != "skipped-edited":
-            files[manifest.key(item.path)] = digest(item.text)
+            files[key] = digest(item.text)
+        elif key not in files and key in manifest.pending:
+            files[key] = manifest.pending[key]
     return Manifest(manifest.folder, manifest.platform, dict(manifest.options), files)
 
 
@@ -174,9 +194,17 @@ def manifest_outcome(manifest: Manifest) -> Outcome:
 
 
 def apply(planned: list[Planned], outcomes: list[Outcome], manifest: Manifest) -> None:
-    """Write the created/updated files atomically, then `manifest` (from `with_hashes`) last."""
-    for item, outcome in zip(planned, outcomes):
-        if outcome.action in ("created", "updated"):
-            write_atomically(item.path, item.text)
+    """Write the created/updated files atomically; `manifest` (from `with_hashes`) says what they will be.
+
+    The manifest goes first with the new hashes pending, and again last without them.
+    """
+    writes = [item for item, outcome in zip(planned, outcomes) if outcome.action in ("created", "updated")]
+    if writes:
+        pending = {manifest.key(item.path): digest(item.text) for item in writes}
+        previous = Manifest.read(manifest.folder)
+        intent = Manifest(manifest.folder, manifest.platform, manifest.options, previous.files if previous else {}, pending)
+        write_atomically(intent.path, intent.text())
+    for item in writes:
+        write_atomically(item.path, item.text)
     if manifest_outcome(manifest).action != "unchanged":
         write_atomically(manifest.path, manifest.text())

@@ -1,0 +1,148 @@
+"""End to end, as CI runs it and as an agent following the skills would: onboard demo_chip (host
+backing) into a temporary platform folder, add one vendor kernel (add-vendor-kernel), run
+conformance on a subset, triage it, then load demo_chip in a fresh process with the vendor route
+active and train a small model on it.
+
+Everything runs through the installed `torch-fl` command and fresh interpreters, so nothing of
+this test process (its own active platform, its imports) leaks in. Budget: 10 minutes on 2 cores;
+the conformance subset is one OpInfo in one dtype with one worker.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+OP = "aten::silu"
+SUBSET = "nn.functional.silu-float32"  # the pytest item test_op[nn.functional.silu-float32]
+
+# What an agent writes in place of the stub: the chip's own SiLU, computed on the backing
+# tensor it receives, counting its calls so the test can see the runtime used it.
+KERNEL = '''
+CALLS = {"silu": 0}
+
+
+def silu(self: torch.Tensor) -> torch.Tensor:
+    """aten::silu: x * sigmoid(x), on the backing tensor."""
+    CALLS["silu"] += 1
+    return self * torch.sigmoid(self)
+'''
+
+TRAIN = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    import torch_fl
+    from torch_fl import routing
+
+    active = torch_fl.active_platform()
+    explanation = torch_fl.explain("aten::silu")
+    vendor = next(p for p in explanation.paths if p.path == "vendor")
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.SiLU(), torch.nn.Linear(32, 1)).to("flagos")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    x = torch.randn(64, 8)
+    y = (x[:, :1] * 2 - x[:, 1:2]).to("flagos")
+    x = x.to("flagos")
+    routing.reset_stats()
+    losses = []
+    for _ in range(40):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    counts = {f"{r.path}:{r.op}": r.calls for r in routing.stats()}
+    print(json.dumps({
+        "platform": active.name,
+        "gate": explanation.gate,
+        "candidates": explanation.candidates,
+        "python_kernel": explanation.python_kernel,
+        "vendor_dtypes": vendor.validated_dtypes,
+        "vendor_calls": counts.get("vendor:aten::silu", 0),
+        "module_calls": sys.modules["torch_fl_vendor_demo_chip"].CALLS["silu"],
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "device": str(next(model.parameters()).device),
+    }))
+    """
+)
+
+
+def torch_fl_command() -> str:
+    installed = Path(sys.executable).with_name("torch-fl")
+    found = str(installed) if installed.exists() else shutil.which("torch-fl")
+    if found is None:
+        pytest.skip("the torch-fl command is not installed")
+    return found
+
+
+class Session:
+    """Runs commands in the test's scratch repository with FLAGOS_PLATFORM_PATH set, timing each."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("FLAGOS_")}
+        self.env["FLAGOS_PLATFORM_PATH"] = str(root / "plats")
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.timings: dict[str, float] = {}
+
+    def run(self, label: str, argv: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        started = time.monotonic()
+        result = subprocess.run(argv, cwd=self.root, env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+        self.timings[label] = round(time.monotonic() - started, 1)
+        return result
+
+    def torch_fl(self, *args: str, timeout: float = 180) -> dict:
+        result = self.run(" ".join(args[:2]), [torch_fl_command(), *args, "--json"], timeout)
+        assert result.returncode == 0, f"torch-fl {' '.join(args)}: exit {result.returncode}\n{result.stdout}\n{result.stderr[-4000:]}"
+        return json.loads(result.stdout)
+
+
+def test_onboard_add_kernel_conform_load_and_train(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    s = Session(root)
+    folder = root / "plats" / "demo_chip"
+
+    # 1. onboard (onboard-new-chip, step 3)
+    onboarded = s.torch_fl("onboard", "--chip", "demo_chip", "--backing", "cpu", "--platforms-dir", "plats")
+    assert onboarded["ok"] and {f["action"] for f in onboarded["files"]} == {"created"}
+    assert s.torch_fl("platforms", "show", "demo_chip")["descriptor"]["kernels"]["vendor"]["ops"] == {"aten::relu": "relu"}
+
+    # 2. add one vendor kernel (add-vendor-kernel, steps 1-2): the command writes a stub, the agent the kernel
+    added = s.torch_fl("kernel", "add", "demo_chip", "--op", OP)
+    assert added["ok"] and added["function"] == "silu" and added["stub_added"]
+    module = folder / "vendor_kernels.py"
+    text = module.read_text()
+    stub = text.index("# STUB(torch-fl kernel add): replace the body of silu")
+    module.write_text(text[:stub].rstrip("\n") + "\n\n" + KERNEL)
+
+    # 3. conformance on a subset (add-vendor-kernel, step 3), then triage
+    run = s.torch_fl("conformance", "run", "demo_chip", "--suite", "ops", "-k", SUBSET, "--paths", "native,vendor", "-n", "1", timeout=480)
+    assert run["ok"] and run["complete"], run
+    assert run["by_path"]["vendor"]["passed"] >= 1 and run["distinct_failures"] == 0, run
+    assert Path(run["record"]) == folder / "records" / Path(run["record"]).name
+    triaged = s.torch_fl("triage", "demo_chip")
+    assert triaged["ok"] and triaged["summary"]["failing"] == 0
+
+    # 4. load demo_chip in a fresh process: the vendor route is validated and serves training
+    result = s.run("train", [sys.executable, "-c", TRAIN], timeout=240, env={"FLAGOS_PLATFORM": "demo_chip"})
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["platform"] == "demo_chip" and seen["device"].startswith("flagos")
+    assert seen["gate"] == "valid" and seen["candidates"][0] == "vendor" and seen["python_kernel"]
+    assert "float32" in seen["vendor_dtypes"]
+    assert seen["vendor_calls"] >= 40 and seen["module_calls"] == seen["vendor_calls"]
+    assert seen["loss_last"] < 0.5 * seen["loss_first"], seen
+    print("timings (s):", s.timings)

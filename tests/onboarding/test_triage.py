@@ -1,0 +1,136 @@
+"""`torch-fl triage` on synthetic records: kinds, grouping by fingerprint, and comparison with an older run."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from onboard_helpers import cli, make
+from torch_fl.onboarding.triage import classify, group_failures, triage
+from torch_fl.platform.record import Case, Record, descriptor_hash, record_path
+from torch_fl.platform.loader import load_descriptor
+
+
+def case(id: str, status: str, message: str = "", *, suite: str = "ops", op: str | None = "aten::silu",
+         dtype: str | None = "float32", path: str | None = "vendor", fingerprint: str | None = None) -> Case:
+    return Case(id=id, suite=suite, op=op, dtype=dtype, path=path, status=status, message=message, fingerprint=fingerprint)
+
+
+@pytest.mark.parametrize(
+    ("made", "kind"),
+    [
+        (case("a", "failed", "NotImplementedError: Could not run 'aten::erfinv' with arguments from the 'PrivateUse1' backend"), "unsupported-op"),
+        (case("a", "error", "RuntimeError: \"silu\" not implemented for 'Half'"), "unsupported-op"),
+        (case("a", "failed", "sample 0: forward: 3/16 elements differ, first at [2]: got 1.5, expected 1.25 (rtol 1.3e-06, atol 1e-05)"), "precision"),
+        (case("a", "failed", "Tensor-likes are not close! Mismatched elements: 1 / 4"), "precision"),
+        (case("a", "crashed", "worker died: SIGSEGV in vendor_kernels.py:12"), "crash"),
+        (case("a", "timeout", "case took longer than 60 s"), "crash"),
+        (case("a", "error", "AttributeError: module 'torch.flagos' has no attribute 'Stream'", suite="streams", op=None, path=None), "missing-feature"),
+        (case("a", "failed", "NotImplementedError: autocast is not supported for flagos", suite="amp", op=None, path=None), "missing-feature"),
+        (case("a", "failed", "RuntimeError: Generator of device flagos is not available", suite="rng", op=None), "missing-feature"),
+        (case("a", "failed", "dtype torch.float16, expected torch.float32"), "other"),
+    ],
+)
+def test_classify(made, kind):
+    assert classify(made) == kind
+
+
+def test_groups_by_fingerprint_largest_first():
+    cases = [
+        case("ops/silu/float32/vendor/aten::silu", "failed", "3/16 elements differ (rtol 1e-5)", fingerprint="f1"),
+        case("ops/silu/float16/vendor/aten::silu", "failed", "5/16 elements differ (rtol 1e-3)", dtype="float16", fingerprint="f1"),
+        case("ops/erf/float32/vendor/aten::erf", "error", "NotImplementedError: no kernel", op="aten::erf", fingerprint="f2"),
+        case("ops/add/float32/native", "passed", path="native"),
+        case("ops/mul/float32/native", "skipped", "baseline", path="native"),
+    ]
+    groups = group_failures(cases)
+    assert [(g.fingerprint, g.category, len(g.cases)) for g in groups] == [("f1", "precision", 2), ("f2", "unsupported-op", 1)]
+    first = groups[0].as_dict("demo_chip")
+    assert first["dtypes"] == ["float16", "float32"] and first["ops"] == ["aten::silu"]
+    assert first["rerun"] == (
+        'torch-fl conformance run demo_chip --suite ops --record-dir .conformance-runs/rerun-demo_chip '
+        '-k "silu-float32" --paths native,vendor --json'
+    )
+
+
+def test_cases_without_fingerprint_are_grouped_by_message():
+    cases = [case(f"ops/x/{d}/vendor", "failed", f"got {v}, expected 0.5 (rtol 1e-5)", fingerprint=None)
+             for d, v in (("float32", 0.25), ("float64", 0.125))]
+    assert len(group_failures(cases)) == 1
+
+
+def record_of(cases: list[Case], platform: str = "demo_chip", descriptor_hash: str = "sha256:x") -> Record:
+    return Record(platform=platform, descriptor_hash=descriptor_hash, torch="2.13", torch_version="2.13.0",
+                  started="2026-01-01T00:00:00Z", finished="2026-01-01T00:01:00Z", complete=True, cases=cases)
+
+
+OLD = [
+    case("c1", "failed", "3/16 elements differ (rtol 1e-5)", fingerprint="p"),
+    case("c2", "failed", "NotImplementedError: no kernel", fingerprint="u"),
+    case("c3", "passed"),
+    case("c4", "crashed", "worker died", fingerprint="k"),
+]
+NEW = [
+    case("c1", "passed"),
+    case("c2", "failed", "NotImplementedError: no kernel", fingerprint="u"),
+    case("c3", "failed", "2/4 elements differ (rtol 1e-5)", fingerprint="q"),
+]
+
+
+def test_report_and_comparison_with_a_record(tmp_path):
+    old_file = tmp_path / "old.json"
+    old_file.write_text(record_of(OLD).model_dump_json())
+    from torch_fl.onboarding.triage import read_baseline
+
+    report = triage(record_of(NEW), "new.json", read_baseline(old_file))
+    assert report["ok"] is False and report["summary"]["failing"] == 2 and report["summary"]["groups"] == 2
+    assert report["summary"]["by_category"]["precision"] == 1 and report["summary"]["by_category"]["unsupported-op"] == 1
+    comparison = report["comparison"]
+    assert comparison["new_failures"] == ["c3"]
+    assert comparison["fixed"] == ["c1"]
+    assert comparison["still_failing"] == ["c2"]
+    assert comparison["not_run_now"] == ["c4"]
+    assert comparison["new_fingerprints"] == ["q"] and comparison["gone_fingerprints"] == ["k", "p"]
+
+
+def test_a_saved_triage_report_is_a_baseline(tmp_path):
+    saved = tmp_path / "before.json"
+    saved.write_text(json.dumps(triage(record_of(OLD), "old.json")))
+    from torch_fl.onboarding.triage import read_baseline
+
+    comparison = triage(record_of(NEW), "new.json", read_baseline(saved))["comparison"]
+    assert comparison["new_failures"] == ["c3"] and comparison["fixed"] == ["c1"] and comparison["still_failing"] == ["c2"]
+
+
+@pytest.fixture
+def recorded(repo):
+    make(repo)
+    folder = repo / "plats" / "demo_chip"
+    path = record_path(folder, "2.13")
+    path.parent.mkdir()
+    path.write_text(record_of(NEW, descriptor_hash=descriptor_hash(load_descriptor(folder))).model_dump_json())
+    return path
+
+
+def test_cli_reads_the_platform_record(recorded, monkeypatch):
+    monkeypatch.setattr("torch_fl.onboarding.triage.installed_version", lambda name: "2.13.0")
+    data = cli("triage", "demo_chip")
+    assert data["record"] == str(recorded) and data["summary"]["failing"] == 2 and data["kind"] == "triage"
+
+
+def test_cli_against_a_saved_report(recorded, tmp_path):
+    before = tmp_path / "before.json"
+    before.write_text(json.dumps(triage(record_of(OLD), "old.json")))
+    data = cli("triage", "demo_chip", "--record", str(recorded), "--against", str(before))
+    assert data["comparison"]["new_failures"] == ["c3"]
+
+
+def test_cli_errors(repo, tmp_path):
+    make(repo)
+    assert "no conformance record" in cli("triage", "demo_chip", code=1)["error"]
+    other = tmp_path / "other.json"
+    other.write_text(record_of(NEW, platform="host_ref").model_dump_json())
+    assert "not 'demo_chip'" in cli("triage", "demo_chip", "--record", str(other), code=1)["error"]
+    junk = tmp_path / "junk.json"
+    junk.write_text("{}")
+    assert "not a conformance record" in cli("triage", "demo_chip", "--record", str(junk), code=1)["error"]
