@@ -8,11 +8,14 @@ claims are the conservative defaults of the backing device.
 """
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from torch_fl.onboarding.errors import OnboardError
 from torch_fl.platform.descriptor import RUNTIME_BACKINGS, PlatformDescriptor
 from torch_fl.platform.errors import DescriptorError
+from torch_fl.platform.loader import DESCRIPTOR_FILE, load_descriptor
 
 VENDOR_MODULE = "vendor_kernels.py"
 EXAMPLE_OP = "aten::relu"
@@ -111,3 +114,15 @@ def backing_warning(descriptor: PlatformDescriptor) -> str | None:
         f"backing {descriptor.backing.device!r} is not one the runtime drives ({', '.join(sorted(RUNTIME_BACKINGS))}): "
         "the platform is data only until it is; pass --backing cpu or --backing cuda to run it"
     )
+
+
+def load_text(text: str, name: str, what: str) -> PlatformDescriptor:
+    """Validate platform.yaml `text` exactly as the loader will read it (in a scratch folder `name`)."""
+    with tempfile.TemporaryDirectory(prefix="torch-fl-onboard-") as tmp:
+        folder = Path(tmp) / name
+        folder.mkdir()
+        (folder / DESCRIPTOR_FILE).write_text(text, encoding="utf-8")
+        try:
+            return load_descriptor(folder)
+        except DescriptorError as exc:
+            raise OnboardError(f"{what} does not validate: {exc}") from None

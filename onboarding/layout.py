@@ -31,7 +31,7 @@ class Layout:
     @property
     def in_checkout(self) -> bool:
         """True when root is a torch-fl checkout and the platform is one of its shipped platforms."""
-        return is_torch_fl_checkout(self.root) and _same(self.platforms_dir, self.root / "platforms")
+        return is_torch_fl_checkout(self.root) and same_dir(self.platforms_dir, self.root / "platforms")
 
     def relative(self, path: Path) -> str:
         """`path` relative to the repository root (posix), or absolute when it lies outside it."""
@@ -62,7 +62,8 @@ class Layout:
         return f'"torch-fl=={version}"'
 
 
-def _same(a: Path, b: Path) -> bool:
+def same_dir(a: Path, b: Path) -> bool:
+    """Do the two paths name the same folder (after resolving links and case on case-blind systems)?"""
     return os.path.normcase(a.resolve()) == os.path.normcase(b.resolve())
 
 

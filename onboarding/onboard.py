@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,9 @@ import yaml
 
 from torch_fl import env
 from torch_fl.onboarding import render
-from torch_fl.onboarding.descriptor import EXAMPLE_FUNCTION, EXAMPLE_OP, backing_warning, scaffold
+from torch_fl.onboarding.descriptor import EXAMPLE_FUNCTION, EXAMPLE_OP, backing_warning, load_text, scaffold
 from torch_fl.onboarding.errors import OnboardError
-from torch_fl.onboarding.layout import Layout, make_layout
+from torch_fl.onboarding.layout import Layout, make_layout, same_dir
 from torch_fl.onboarding.names import check_name
 from torch_fl.onboarding.routes import initial_table, render_table
 from torch_fl.onboarding.writer import Manifest, Outcome, Planned, apply, decide, manifest_outcome, with_hashes
@@ -69,10 +68,6 @@ class OnboardReport:
         }
 
 
-def _same_dir(a: Path, b: Path) -> bool:
-    return os.path.normcase(a.resolve()) == os.path.normcase(b.resolve())
-
-
 def _check_free(name: str, layout: Layout, sources: dict[str, PlatformSource], owned: bool, force: bool) -> None:
     """A name that is taken may only be reused by re-running onboard on its own folder, or with --force."""
     if owned or force:
@@ -102,15 +97,7 @@ def _load_like(like: str, name: str, sources: dict[str, PlatformSource]) -> Plat
 
 def _validate(files: dict[str, str], descriptor: PlatformDescriptor, where: Layout) -> None:
     """Read each rendered file as its consumer will; a failure here is a bug in a template."""
-    name = descriptor.name
-    with tempfile.TemporaryDirectory(prefix="torch-fl-onboard-") as tmp:
-        folder = Path(tmp) / name
-        folder.mkdir()
-        (folder / DESCRIPTOR_FILE).write_text(files["platform.yaml"], encoding="utf-8")
-        try:
-            loaded = load_descriptor(folder)
-        except DescriptorError as exc:
-            raise OnboardError(f"the rendered platform.yaml does not validate: {exc}") from None
+    loaded = load_text(files["platform.yaml"], descriptor.name, "the rendered platform.yaml")
     if loaded.model_dump() != descriptor.model_dump():
         raise OnboardError("the rendered platform.yaml does not say what the descriptor model says")
     try:
@@ -131,7 +118,7 @@ def _path_prefix(layout: Layout) -> str:
     if layout.in_checkout:
         return ""
     entries = [Path(e).expanduser() for e in (env.get("FLAGOS_PLATFORM_PATH") or "").split(os.pathsep) if e]
-    if any(_same_dir(e, layout.platforms_dir) or _same_dir(e, layout.platform_dir) for e in entries if e.exists()):
+    if any(same_dir(e, layout.platforms_dir) or same_dir(e, layout.platform_dir) for e in entries if e.exists()):
         return ""
     return f"FLAGOS_PLATFORM_PATH={shlex.quote(str(layout.platforms_dir.resolve()))} "
 

@@ -23,12 +23,12 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap
 
-from torch_fl.onboarding.descriptor import VENDOR_MODULE
+from torch_fl.onboarding.descriptor import VENDOR_MODULE, load_text
 from torch_fl.onboarding.errors import OnboardError
 from torch_fl.onboarding.render import render_stub, render_vendor_module, yaml_dumper
 from torch_fl.onboarding.routes import HEADER, vendor_first
 from torch_fl.onboarding.writer import Outcome, write_atomically
-from torch_fl.platform.descriptor import OP_NAME_PATTERN, PlatformDescriptor
+from torch_fl.platform.descriptor import OP_NAME_PATTERN
 from torch_fl.platform.discovery import discover
 from torch_fl.platform.errors import DescriptorError
 from torch_fl.platform.loader import DESCRIPTOR_FILE, load_descriptor
@@ -132,17 +132,6 @@ def _edit_descriptor(text: str, op: str, function: str) -> str:
     return buffer.getvalue()
 
 
-def _validated(text: str, name: str) -> PlatformDescriptor:
-    with tempfile.TemporaryDirectory(prefix="torch-fl-kernel-add-") as tmp:
-        folder = Path(tmp) / name
-        folder.mkdir()
-        (folder / DESCRIPTOR_FILE).write_text(text, encoding="utf-8")
-        try:
-            return load_descriptor(folder)
-        except DescriptorError as exc:
-            raise OnboardError(f"platform.yaml would not validate after the edit: {exc}") from None
-
-
 def _routes_text(path: Path, op: str, platform: str) -> str | None:
     """routes.yaml with `vendor` first for `op`, rendered by the table's own comment-keeping saver."""
     table = route_table.load(path)
@@ -211,7 +200,7 @@ def add_vendor_kernel(request: KernelAddRequest) -> KernelAddReport:
     new_descriptor: str | None = None
     if mapped != function:
         new_descriptor = _edit_descriptor(descriptor_path.read_text(encoding="utf-8"), op, function)
-        _validated(new_descriptor, request.platform)
+        load_text(new_descriptor, request.platform, "platform.yaml after the edit")
     routes_path = folder / descriptor.routes.file
     new_routes = _routes_text(routes_path, op, request.platform)
 

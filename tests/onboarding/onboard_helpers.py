@@ -1,8 +1,10 @@
 """Helpers of the onboarding tests (a module of its own: `conftest` is a name every test folder uses)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from typer.testing import CliRunner
@@ -30,3 +32,12 @@ def cli(*args: str, code: int | None = 0) -> Any:
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file below `folder` with its bytes (to show that nothing changed)."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def vendor_module(folder: Path) -> ModuleType:
+    """Import a platform's vendor_kernels.py afresh, as a module of its own."""
+    spec = importlib.util.spec_from_file_location(f"vendor_under_test_{folder.name}", folder / "vendor_kernels.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from onboard_helpers import make
+from onboard_helpers import make, vendor_module
 from torch_fl.onboarding import render
 from torch_fl.onboarding.descriptor import EXAMPLE_OP, scaffold
 from torch_fl.platform.discovery import discover
@@ -35,11 +35,10 @@ def test_default_platform_files(repo):
 
 def test_example_kernel_computes_on_backing_tensors(repo):
     make(repo)
-    namespace: dict = {}
-    exec(compile((repo / "plats/demo_chip/vendor_kernels.py").read_text(), "vendor_kernels.py", "exec"), namespace)
+    relu = vendor_module(repo / "plats/demo_chip").relu
     x = torch.tensor([-2.0, -0.0, 0.5, 3.0])
-    torch.testing.assert_close(namespace["relu"](x), torch.relu(x))
-    assert namespace["relu"](torch.tensor([-3, 4])).tolist() == [0, 4]
+    torch.testing.assert_close(relu(x), torch.relu(x))
+    assert relu(torch.tensor([-3, 4])).tolist() == [0, 4]
 
 
 @pytest.mark.parametrize("like", SHIPPED)
