@@ -1,7 +1,7 @@
 """End to end, as CI runs it and as an agent following the skills would: onboard demo_chip (host
 backing) into a temporary platform folder, add one vendor kernel (add-vendor-kernel), run
 conformance on a subset, triage it, then load demo_chip in a fresh process with the vendor route
-active and train a small model on it.
+active and train a small model on it, and count the vendor calls the way the skills do.
 
 Everything runs through the installed `torch-fl` command and fresh interpreters, so nothing of
 this test process (its own active platform, its imports) leaks in. Budget: 10 minutes on 2 cores;
@@ -79,6 +79,27 @@ TRAIN = textwrap.dedent(
 )
 
 
+# The workload script of the skills' last step (`torch-fl routes stats NAME --workload FILE`).
+WORKLOAD = textwrap.dedent(
+    """
+    import torch
+
+
+    def make_step(device):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.SiLU(), torch.nn.Linear(16, 1)).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        x, y = torch.randn(32, 8, device=device), torch.randn(32, 1, device=device)
+
+        def step():
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+        return step
+    """
+)
+
+
 def torch_fl_command() -> str:
     installed = Path(sys.executable).with_name("torch-fl")
     found = str(installed) if installed.exists() else shutil.which("torch-fl")
@@ -145,4 +166,9 @@ def test_onboard_add_kernel_conform_load_and_train(tmp_path):
     assert "float32" in seen["vendor_dtypes"]
     assert seen["vendor_calls"] >= 40 and seen["module_calls"] == seen["vendor_calls"]
     assert seen["loss_last"] < 0.5 * seen["loss_first"], seen
+
+    # 5. the skills' own check of the same thing (onboard-new-chip step 8)
+    (root / "train_step.py").write_text(WORKLOAD)
+    stats = s.torch_fl("routes", "stats", "demo_chip", "--workload", "train_step.py", "--steps", "3")
+    assert {"op": OP, "path": "vendor", "calls": 3} in stats["counts"], stats["counts"]
     print("timings (s):", s.timings)
