@@ -193,8 +193,6 @@ def add_vendor_kernel(request: KernelAddRequest) -> KernelAddReport:
             raise OnboardError(f"{module_path} does not `import torch`, which the stub needs; add it and re-run")
         new_module = module_text.rstrip("\n") + "\n" + render_stub(op, function, schema)
         compile(new_module, str(module_path), "exec")
-    elif not module_path.exists():
-        new_module = module_text
 
     descriptor_path = folder / DESCRIPTOR_FILE
     new_descriptor: str | None = None
@@ -215,5 +213,4 @@ def add_vendor_kernel(request: KernelAddRequest) -> KernelAddReport:
         f"torch-fl conformance run {request.platform} --json",
         f"torch-fl routes explain {request.platform} {op} --json",
     ]
-    return KernelAddReport(request.platform, folder, op, function, new_module is not None and function not in functions,
-                           outcomes, steps, request.dry_run)
+    return KernelAddReport(request.platform, folder, op, function, function not in functions, outcomes, steps, request.dry_run)
