@@ -1,0 +1,50 @@
+"""The README's demo and the benchmarks run (tiny sizes; no timing is asserted, only that they work
+and that flagos and the plain backing agree where the scripts compare them)."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import torch_fl
+
+# On a CUDA machine the child processes need the platform asked for, or flagos stays contained.
+PLATFORM = {"FLAGOS_PLATFORM": torch_fl.active_platform().name} if torch_fl.is_active() else {}
+
+
+def script(path: str, *args: str) -> str:
+    return f"import runpy, sys; sys.argv = {[path, *args]!r}; runpy.run_path({path!r}, run_name='__main__')"
+
+
+@pytest.mark.own_process
+def test_train_demo(run_python):
+    result = run_python(script("examples/train_demo.py", "--steps", "4"), env=PLATFORM)
+    losses = [float(x) for x in re.findall(r"step +\d+ +loss ([0-9.]+)", result.stdout)]
+    assert len(losses) == 4 and losses[-1] < losses[0], result.stdout
+    assert re.search(r"routes: native \d+ calls", result.stdout), result.stdout
+
+
+@pytest.mark.own_process
+def test_dispatch_overhead_bench(run_python, tmp_path):
+    out = tmp_path / "dispatch.json"
+    result = run_python(script("bench/dispatch_overhead.py", "--quick", "--json", str(out)), env=PLATFORM)
+    assert "native us" in result.stdout
+    numbers = json.loads(out.read_text())["us_per_op"]
+    assert set(numbers) == {"add", "mm", "x[0]", "x.t()"}
+    assert set(numbers["add"]) == {"plain", "native", "python"}
+    assert all(v > 0 for ways in numbers.values() for v in ways.values())
+
+
+@pytest.mark.own_process
+def test_train_step_bench(run_python, tmp_path):
+    out, prof = tmp_path / "train.json", tmp_path / "profile.json"
+    args = ["--config", "tiny", "--steps", "2", "--rounds", "1", "--warmup", "1"]
+    args += ["--json", str(out), "--profile", str(prof)]
+    result = run_python(script("bench/train_step.py", *args), env=PLATFORM)
+    assert "throughput ratio flagos/plain" in result.stdout and "losses agree" in result.stdout
+    summary = json.loads(out.read_text())
+    assert summary["losses_agree"]
+    assert summary["plain"]["losses"] == pytest.approx(summary["flagos"]["losses"], rel=2e-2)
+    profiles = json.loads(prof.read_text())
+    assert 0 < len(profiles["flagos"]) <= 30 and 0 < len(profiles["plain"]) <= 30

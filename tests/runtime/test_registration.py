@@ -1,0 +1,127 @@
+"""How flagos becomes a PyTorch device: torch.flagos, the device name, generated methods, and
+activation through PyTorch's backend autoload (checked in fresh interpreters)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_sequence
+
+import torch_fl
+
+# On a CUDA machine the child processes need a platform asked for, or flagos stays contained.
+PLATFORM_ENV = {"FLAGOS_PLATFORM": torch_fl.active_platform().name} if torch_fl.is_active() else {}
+
+
+def test_torch_flagos_module():
+    assert torch.flagos is torch_fl.runtime.device or torch.flagos.__name__ == "torch_fl.runtime.device"
+    for name in ("device_count", "current_device", "set_device", "synchronize", "is_available", "Stream", "Event",
+                 "manual_seed", "get_rng_state", "memory_allocated", "get_amp_supported_dtype"):
+        assert callable(getattr(torch.flagos, name)), name
+    assert torch_fl.is_active() and torch_fl.active_platform() is not None
+
+
+def test_device_name_parses():
+    assert torch.device("flagos").type == "flagos"
+    assert torch.device("flagos:1").index == 1
+    assert torch.device("flagos", 0) == torch.device("flagos:0")
+    assert torch._C._get_privateuse1_backend_name() == "flagos"
+    assert torch.device("privateuseone:0").type == "flagos"
+
+
+def test_generated_tensor_methods():
+    x = torch.ones(2)
+    assert not x.is_flagos
+    y = x.flagos()
+    assert y.is_flagos and y.device == torch.device("flagos", 0)
+    assert y.flagos() is y
+    assert torch.equal(y.cpu(), x)
+
+
+def test_generated_module_and_storage_methods():
+    model = nn.Linear(2, 2)
+    assert model.flagos() is model
+    assert model.weight.is_flagos and model.bias.is_flagos
+    storage = torch.ones(3).untyped_storage().flagos()
+    assert storage.device.type == "flagos"
+    assert torch.ones(2).untyped_storage().is_flagos is False
+    assert storage.is_flagos
+
+
+def test_generated_packed_sequence_method():
+    packed = pack_sequence([torch.ones(3, 2), torch.ones(2, 2)])
+    moved = packed.flagos()
+    assert moved.data.is_flagos and moved.is_flagos
+
+
+@pytest.mark.two_devices
+def test_generated_methods_take_an_index():
+    assert torch.ones(1).flagos(1).device.index == 1
+    assert nn.Linear(1, 1).flagos(1).weight.device.index == 1
+
+
+@pytest.mark.own_process
+def test_import_torch_alone_activates_flagos(run_python):
+    result = run_python(
+        """
+        import sys, torch
+        assert "torch_fl" in sys.modules, "the torch.backends entry point did not run"
+        print(hasattr(torch, "flagos"), torch.ones(1, device="flagos").device)
+        """,
+        env={**PLATFORM_ENV, "TORCH_DEVICE_BACKEND_AUTOLOAD": None},
+    )
+    assert result.stdout.split() == ["True", "flagos:0"]
+
+
+@pytest.mark.own_process
+def test_autoload_off_leaves_flagos_inactive_until_import(run_python):
+    result = run_python(
+        """
+        import sys, torch
+        print("torch_fl" in sys.modules, hasattr(torch, "flagos"))
+        try:
+            torch.device("flagos")
+            print("parsed")
+        except RuntimeError:
+            print("unknown")
+        import torch_fl
+        print(torch_fl.is_active(), torch.ones(1, device="flagos").device)
+        """,
+        env={**PLATFORM_ENV, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
+    assert result.stdout.split() == ["False", "False", "unknown", "True", "flagos:0"]
+
+
+@pytest.mark.own_process
+def test_import_torch_fl_first(run_python):
+    """`import torch_fl` before torch: torch_fl imports torch, whose autoload imports torch_fl again."""
+    result = run_python(
+        """
+        import torch_fl, torch
+        print(torch_fl.is_active(), torch.ones(1, device="flagos").device)
+        """,
+        env={**PLATFORM_ENV, "TORCH_DEVICE_BACKEND_AUTOLOAD": None},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["True", "flagos:0"]
+
+
+@pytest.mark.own_process
+def test_cli_starts(run_python):
+    """The torch-fl command imports the torch_fl package (and with it torch and its autoload)."""
+    result = run_python(
+        """
+        import sys
+        from torch_fl.cli import main
+        sys.argv = ["torch-fl", "--help"]
+        try:
+            main()
+        except SystemExit as exit:
+            sys.exit(exit.code)
+        """,
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": None},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Usage" in result.stdout
