@@ -107,6 +107,15 @@ def test_async_work_future_holds_flagos_tensors(host_run):
         assert info["same_tensor"]
 
 
+def test_functional_collectives_on_flagos(host_run):
+    for info in _part(host_run, "functional"):
+        assert info["all_reduce"] == ["flagos", [float(sum(range(1, WORLD + 1))) * k for k in (1.0, 2.0)]]
+        assert info["all_gather_tensor"] == ["flagos", [v * r for r in range(1, WORLD + 1) for v in (1.0, 2.0)]]
+        assert info["reduce_scatter_tensor"][0] == "flagos"
+    shards = [info["reduce_scatter_tensor"][1] for info in _part(host_run, "functional")]
+    assert sum(shards, []) == [float(WORLD * k) for k in range(2 * WORLD)]
+
+
 def test_ddp_trains_like_plain_cpu_ddp(host_run):
     for info in _part(host_run, "ddp"):
         assert info["param_device"] == "flagos"
@@ -262,6 +271,22 @@ def _guard(fn, *args, **kwargs):
         return {"error": traceback.format_exc()}
 
 
+def _functional_case(rank: int, world: int) -> dict:
+    """Functional collectives (what DTensor uses), entered from C++ rather than through Python."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    group = dist.group.WORLD
+    x = torch.tensor([1.0, 2.0]).to("flagos") * (rank + 1)
+    results = {
+        "all_reduce": funcol.all_reduce(x, "sum", group),
+        "all_gather_tensor": funcol.all_gather_tensor(x, 0, group),
+        "reduce_scatter_tensor": funcol.reduce_scatter_tensor(torch.arange(2.0 * world).to("flagos"), "sum", 0, group),
+    }
+    waited = {name: funcol.wait_tensor(t) if hasattr(funcol, "wait_tensor") else t for name, t in results.items()}
+    return {name: [t.device.type, t.cpu().tolist()] for name, t in waited.items()}
+
+
 def _future_case(device: str, world: int) -> dict:
     import torch.distributed as dist
 
@@ -352,6 +377,7 @@ def _host_worker(rank: int, world: int, init_file: str) -> dict:
     gloo = dist.new_group(backend="gloo")
     results["collectives_cpu"] = _guard(_collectives, "cpu", rank, world, gloo)
     results["future"] = _guard(_future_case, "flagos", world)
+    results["functional"] = _guard(_functional_case, rank, world)
     results["ddp"] = _guard(_ddp_case_host, rank, world)
     results["fsdp2"] = _guard(_fsdp2_case, rank, world)
     dist.destroy_process_group()

@@ -23,10 +23,12 @@ all_to_all_single (`alltoall_base`), send, recv, recv_anysource, barrier, monito
 (CPU), _start_coalescing/_end_coalescing (forwarded to NCCL). Both method names of each renamed
 collective are provided, so the group works with torch 2.11 and 2.13 alike.
 
-Not served: collectives that C++ enters through the process group's non-virtual dispatcher path
-with flagos tensors, which a Python process group cannot intercept: functional collectives other
-than all_reduce (`torch.distributed._functional_collectives.all_gather_tensor` etc., used by
-DTensor redistribution such as `full_tensor()` and by compiled collectives) raise there.
+Entered from C++: DDP's reducer and the functional all_reduce reach the Python methods above
+through c10d's trampoline. Functional all_gather/reduce_scatter (DTensor redistribution such as
+`full_tensor()`, compiled collectives) do not: c10d dispatches them on the tensors' device to
+the group's registered backend. On the host backing that is gloo, which works on flagos host
+memory directly (tested); on CUDA backing NCCL would receive flagos tensors, which is not
+verified and is expected to fail.
 """
 from __future__ import annotations
 
