@@ -22,9 +22,9 @@ for stage in ${STAGES:-smoke}; do
   start=$(date +%s)
   case $stage in
     smoke) timeout 120 $PY bench/smoke.py ;;
-    tests) timeout 420 $PY -m pytest -q -p no:cacheprovider --timeout 150 ${TESTS:-tests/runtime tests/runtime_integrations} ;;
-    profile) for c in ${CONFIGS:-small large}; do timeout 240 $PY bench/host_profile.py --config "$c" --steps 5 --json "$OUT/profile_$c.json"; done ;;
-    conformance) timeout 540 torch-fl conformance run nvidia_h200 ${CONFORMANCE_ARGS:---paths native,flaggems --suite ops -n 4} --json ;;
+    tests) timeout ${TESTS_TIMEOUT:-420} $PY -m pytest -q -p no:cacheprovider --timeout 120 ${PYTEST_ARGS:-} ${TESTS:-tests/runtime tests/runtime_integrations} ;;
+    profile) for c in ${CONFIGS:-small large}; do timeout ${PROFILE_TIMEOUT:-240} $PY bench/host_profile.py --config "$c" --steps 5; done ;;
+    conformance) timeout ${CONFORMANCE_TIMEOUT:-540} torch-fl conformance run nvidia_h200 ${CONFORMANCE_ARGS:---paths native,flaggems --suite ops -n 4} --json; cp -r platforms/nvidia_h200/records "$OUT/" ;;
     tune) timeout 300 torch-fl routes tune nvidia_h200 --json ;;
     bench) timeout 420 $PY bench/train_step.py ${BENCH_ARGS:-} ;;
     dispatch) timeout 120 $PY bench/dispatch_overhead.py ;;
