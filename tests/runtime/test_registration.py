@@ -125,3 +125,33 @@ def test_cli_starts(run_python):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Usage" in result.stdout
+
+
+@pytest.mark.own_process
+def test_failed_start_is_reported_again_on_retry(run_python):
+    """If a late step of the runtime's start fails, a second activation (e.g. `import torch_fl` after
+    a failed autoload) must fail with that same cause, or succeed; not with a follow-on error from
+    the half-started core."""
+    result = run_python(
+        """
+        import sys
+        sys.argv[0] = "torch-fl"  # import the package without activating it, as the CLI does
+        import torch, torch_fl
+        from torch_fl.runtime import inductor
+
+        def broken(backing):
+            raise RuntimeError("injected failure")
+
+        inductor.register = broken
+        for attempt in (1, 2):
+            try:
+                torch_fl.activate()
+                print(attempt, "ok")
+            except Exception as exc:
+                print(attempt, type(exc).__name__, exc)
+        """,
+        env={**PLATFORM_ENV, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "1 RuntimeError injected failure", result.stdout
+    assert lines[1] in ("2 RuntimeError injected failure", "2 ok"), result.stdout
