@@ -92,7 +92,7 @@ def test_registration_is_lazy():
     )
     env = dict(os.environ, FLAGOS_PLATFORM="host_ref")
     result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], env=env,
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=540)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -46,7 +46,7 @@ def _run(body: str, **env: str | None) -> dict:
         else:
             full_env[key] = value
     code = PRELUDE + textwrap.dedent(body) + "\nprint('FACTS=' + json.dumps(facts))\n"
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=180)
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=540)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     line = [entry for entry in result.stdout.splitlines() if entry.startswith("FACTS=")][-1]
     return json.loads(line[len("FACTS="):])

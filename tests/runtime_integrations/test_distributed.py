@@ -24,7 +24,7 @@ import torch
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[2]
 WORLD = 2
-TIMEOUT_S = 240
+TIMEOUT_S = 540
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device (NCCL); runs on the GPU board")
 
@@ -77,8 +77,17 @@ HOST_ENV = {"FLAGOS_PLATFORM": "host_ref"}
 
 
 @pytest.fixture(scope="module")
-def host_run() -> list[dict]:
-    return _launch("host", WORLD, HOST_ENV)
+def host_run(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """One 2-process run serves every host test; under pytest-xdist the workers share it."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return _launch("host", WORLD, HOST_ENV)
+    from filelock import FileLock  # a dependency of torch
+
+    shared = tmp_path_factory.getbasetemp().parent / "flagos_distributed_host_run.json"
+    with FileLock(str(shared) + ".lock"):
+        if not shared.exists():
+            shared.write_text(json.dumps(_launch("host", WORLD, HOST_ENV)))
+        return json.loads(shared.read_text())
 
 
 # ---------------------------------------------------------------------------------------------
