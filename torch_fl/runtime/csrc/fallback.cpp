@@ -195,6 +195,14 @@ void map_list(c10::IValue& iv, F&& fn) {
 
 void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& info);
 
+// No generator given: draw from the flagos default generator of the op's device, not the
+// backing's global one.
+void use_flagos_default_generator(torch::jit::Stack* stack, size_t base, const OpInfo& info, c10::DeviceIndex index) {
+  if (info.generator_arg < 0) return;
+  c10::IValue& g = (*stack)[base + info.generator_arg];
+  if (g.isNone()) g = backing_generator(default_generator(index));
+}
+
 void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = info_for(op);
   if (!info.backing_has_kernel || info.force_cpu.load(std::memory_order_relaxed)) return cpu_route(op, stack, info);
@@ -202,6 +210,8 @@ void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   const size_t n = info.args.size();
   const size_t base = stack->size() - n;
+  // Kept to retry on the host if the backing kernel turns these inputs down (see below).
+  c10::SmallVector<c10::IValue, 8> arguments(stack->begin() + base, stack->end());
   c10::SmallVector<Swap, 6> swaps;
   c10::DeviceIndex index = -1;
   std::optional<c10::Device> host_operand;
@@ -241,14 +251,19 @@ void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TORCH_CHECK(!host_operand.has_value() || index < 0,
               "Expected all tensors to be on the same device, but found at least two devices, flagos:",
               static_cast<int>(index), " and ", host_operand.value_or(c10::Device(at::kCPU)), "!");
-  if (info.generator_arg >= 0) {
-    // No generator given: draw from the flagos default generator of the op's device.
-    c10::IValue& g = (*stack)[base + info.generator_arg];
-    if (g.isNone()) g = backing_generator(default_generator(index));
-  }
-  {
+  use_flagos_default_generator(stack, base, info, index);
+  try {
     RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>());
     op.callBoxed(stack);
+  } catch (const c10::NotImplementedError&) {
+    // The backing has the op but not for these inputs (an integer matmul on CUDA, say): the
+    // explicit CPU fallback serves this call, counted and logged as such.
+    if (host_backed()) throw;
+    info.native_calls.fetch_sub(1, std::memory_order_relaxed);
+    stack->resize(base);
+    for (auto& v : arguments) stack->push_back(std::move(v));
+    swaps.clear();
+    return cpu_route(op, stack, info);
   }
   for (auto& s : swaps) {
     if (s.written) write_back(s);
@@ -260,7 +275,10 @@ void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& 
   info.cpu_calls.fetch_add(1, std::memory_order_relaxed);
   if (g_log_cpu.load(std::memory_order_relaxed) && !info.logged.exchange(true)) {
     std::cerr << "torch_fl: cpu fallback for " << info.name
-              << (info.backing_has_kernel ? " (forced by route)" : " (no kernel on the backing device)") << std::endl;
+              << (info.force_cpu ? " (forced by route)"
+                                 : info.backing_has_kernel ? " (the backing kernel does not support these inputs)"
+                                                           : " (no kernel on the backing device)")
+              << std::endl;
   }
   const size_t n = info.args.size();
   const size_t base = stack->size() - n;
@@ -300,6 +318,7 @@ void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& 
     }
   }
   if (index < 0) index = current_index();
+  if (host_backed()) use_flagos_default_generator(stack, base, info, index);
   {
     RECORD_FUNCTION("flagos.route.cpu", std::vector<c10::IValue>());
     op.callBoxed(stack);
