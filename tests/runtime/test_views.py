@@ -27,7 +27,7 @@ VIEWS = {
     "diagonal": lambda x: x.diagonal(),
     "transpose": lambda x: x.transpose(0, 1),
     "permute": lambda x: x[None].permute(2, 0, 1),
-    "unfold": lambda x: x.unfold(1, 2, 1),
+    "unfold": lambda x: x.unfold(1, 2, 2),  # non-overlapping: in-place writes to overlapping windows are order-dependent
     "as_strided": lambda x: x.as_strided((2, 2), (1, 4), 1),
     "split": lambda x: x.split(2, dim=1)[1],
     "chunk": lambda x: x.chunk(3, dim=0)[2],
