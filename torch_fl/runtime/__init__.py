@@ -26,7 +26,11 @@ def core() -> ModuleType:
 
 
 def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | None = None) -> ModuleType:
-    """Registers the flagos device backed by `backing` ("cpu" or "cuda"). Idempotent."""
+    """Registers the flagos device backed by `backing` ("cpu" or "cuda"). Idempotent.
+
+    A start that failed part-way can be retried: what completed (the core, which can be set up
+    once per process) is kept, and the remaining steps run again.
+    """
     global _core
     if _core is not None:
         if device_core.backing() != backing:
@@ -34,13 +38,25 @@ def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | N
         return _core
     if backing not in SUPPORTED_BACKINGS:
         raise RuntimeError(f"this runtime supports the backings {SUPPORTED_BACKINGS}; the platform asks for '{backing}'")
+    loaded = _register_device(backing, host_devices, amp_dtypes)
+    from torch_fl.runtime import cuda_alias, distributed, inductor
+
+    distributed.register(backing)
+    inductor.register(backing)
+    _core = loaded
+    cuda_alias.enable_from_env()
+    return loaded
+
+
+def _register_device(backing: str, host_devices: int, amp_dtypes: list[torch.dtype] | None) -> ModuleType:
+    """The once-per-process part of start(): the core, the device name, module and methods."""
+    if device_core._core is not None:
+        return device_core._core
     if backing == "cuda":
         torch.cuda.init()  # the CUDA allocator and generators must exist before flagos wraps them
     loaded = build.load_core()
     torch.utils.rename_privateuse1_backend(BACKEND_NAME)
     loaded.init(backing, host_devices)
-    device_core.bind(loaded, backing)
-    device_random._bind_generators()
     if amp_dtypes:
         amp.set_amp_dtypes(amp_dtypes)
     from torch_fl.runtime import device as device_module
@@ -50,12 +66,8 @@ def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | N
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
     _enable_autocast_passthrough()
-    from torch_fl.runtime import cuda_alias, distributed, inductor
-
-    distributed.register(backing)
-    inductor.register(backing)
-    _core = loaded
-    cuda_alias.enable_from_env()
+    device_core.bind(loaded, backing)
+    device_random._bind_generators()
     return loaded
 
 
