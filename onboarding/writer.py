@@ -13,43 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from torch_fl.fileio import write_atomically
 
 MANIFEST_FILE = ".onboard.json"
 MANIFEST_FORMAT = 1
 
 Action = Literal["created", "unchanged", "updated", "skipped-edited"]
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text` (UTF-8) so no reader ever sees a half-written file.
-
-    A twin of torch_fl.routing.table.write_atomically, kept here because importing the routing
-    package imports torch, which onboarding and the skills commands must not need; this one also
-    fixes the encoding and flushes to disk before the rename.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp makes the file private (0600); give it the mode a plain write would have.
-        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def digest(text: str) -> str:

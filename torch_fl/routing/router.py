@@ -9,7 +9,6 @@ get no Python kernel at all: the C++ fallback serves them at C++ speed.
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import warnings
 from collections import Counter

@@ -18,8 +18,6 @@ order survive `torch-fl routes tune` and `torch-fl onboard`.
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from torch_fl.fileio import write_atomically
 from torch_fl.platform.descriptor import KERNEL_SETS
 
 FORMAT = 1
@@ -169,16 +168,3 @@ def _merge(target: Any, source: Any) -> None:
             _merge(target[key], value)
         elif target.get(key) != value:
             target[key] = value
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text` so readers never see a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -14,8 +14,8 @@ from torch_fl.runtime.device.management import (
     is_initialized,
     set_device,
     synchronize,
-    _is_in_bad_fork,
-    _lazy_init,
+    _is_in_bad_fork as _is_in_bad_fork,  # asked for by PyTorch's device-module protocol
+    _lazy_init as _lazy_init,
 )
 from torch_fl.runtime.device.memory import (
     empty_cache,
