@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_fl.platform.discovery import discover
+from torch_fl.platform.discovery import discover, shipped_root
 
 REPO = Path(__file__).resolve().parents[2]
 CLI_DEPS = ["pydantic", "pyyaml", "ruamel.yaml", "typer", "rich"]
@@ -56,7 +56,11 @@ def test_wheel_lists_shipped_platforms_without_torch(tmp_path):
     shipped = {name for name, s in discover(path_env="").items() if s.origin == "shipped"}
     listed = {p["name"]: p for p in data["platforms"]}
     assert set(listed) == shipped
-    assert all(p["origin"] == "shipped" and p["status"] == "unvalidated" for p in listed.values())
+    assert all(p["origin"] == "shipped" for p in listed.values())
+    # a platform without records is unvalidated; one with a record shows that record's state
+    for name, p in listed.items():
+        has_records = (shipped_root() / name / "records").is_dir()
+        assert (p["status"] == "unvalidated") != has_records, (name, p["status"])
     assert all(str(venv) in p["directory"] for p in listed.values())
     assert data["torch"] is None
     assert data["active"]["name"] == "host_ref"

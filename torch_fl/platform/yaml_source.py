@@ -1,14 +1,19 @@
 """YAML loading that remembers where each value came from, so errors can name the line.
 
-ruamel.yaml's round-trip loader keeps line numbers on every mapping key and sequence item; the
-data handed to validation is converted to plain Python types, and `line_of` maps a field path
-back to the line that holds it.
+Descriptors are read on every activation (that is, during `import torch`), so the data comes
+from libyaml through PyYAML, restricted to YAML 1.2's booleans like ruamel. ruamel.yaml's
+round-trip loader, which keeps line numbers on every mapping key and sequence item but is
+several times slower, runs only when something must be located: `line_of` maps a field path back
+to the line that holds it, and a syntax error is reported by ruamel's parser.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml as pyyaml
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -37,13 +42,42 @@ def _plain(node: Any) -> Any:
     return node
 
 
-@dataclass(frozen=True)
+class _FastLoader(getattr(pyyaml, "CSafeLoader", pyyaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's safe loader with YAML 1.2 booleans (`yes`, `no`, `on`, `off` stay strings) that,
+    like ruamel, refuses a key given twice (then ruamel's parser reports it with its line)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise pyyaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_FastLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in pyyaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_FastLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+@dataclass
 class YamlDocument:
-    """A parsed YAML file: its plain data and the round-trip tree that knows the lines."""
+    """A parsed YAML file: its plain data, and (parsed on demand) the tree that knows the lines."""
 
     path: Path
     data: Any
-    _tree: Any
+    text: str
+    _tree: Any = field(default=None, repr=False)
+
+    def tree(self) -> Any:
+        if self._tree is None:
+            self._tree = _round_trip(self.path, self.text)
+        return self._tree
 
     def line_of(self, loc: Loc) -> int:
         """The 1-based line of the deepest part of `loc` present in the file.
@@ -51,7 +85,7 @@ class YamlDocument:
         For a key that exists this is the key's line; for a missing key it is the line of the
         nearest enclosing key that exists (the parent mapping).
         """
-        node = self._tree
+        node = self.tree()
         line = node.lc.line + 1 if isinstance(node, (CommentedMap, CommentedSeq)) else 1
         for part in loc:
             if isinstance(node, CommentedMap) and part in node:
@@ -65,15 +99,10 @@ class YamlDocument:
         return line
 
 
-def load_yaml(path: Path) -> YamlDocument:
-    """Parse `path`; a syntax error becomes a DescriptorError naming the parser's line."""
+def _round_trip(path: Path, text: str) -> Any:
+    """The round-trip tree; a syntax error becomes a DescriptorError naming the parser's line."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DescriptorError(f"cannot read the file: {exc.strerror or exc}", file=path) from None
-    yaml = YAML(typ="rt")
-    try:
-        tree = yaml.load(text)
+        return YAML(typ="rt").load(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -81,4 +110,17 @@ def load_yaml(path: Path) -> YamlDocument:
         raise DescriptorError([Issue(f"invalid YAML: {problem}", line=line)], file=path) from None
     except YAMLError as exc:
         raise DescriptorError(f"invalid YAML: {exc}", file=path) from None
-    return YamlDocument(path=path, data=_plain(tree), _tree=tree)
+
+
+def load_yaml(path: Path) -> YamlDocument:
+    """Parse `path`; a syntax error becomes a DescriptorError naming the parser's line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DescriptorError(f"cannot read the file: {exc.strerror or exc}", file=path) from None
+    try:
+        data = pyyaml.load(text, Loader=_FastLoader)
+    except pyyaml.YAMLError:
+        tree = _round_trip(path, text)  # raises with ruamel's line and wording
+        return YamlDocument(path=path, data=_plain(tree), text=text, _tree=tree)
+    return YamlDocument(path=path, data=data, text=text)
