@@ -6,3 +6,4 @@ from torch_fl.cli import onboard  # noqa: F401
 from torch_fl.cli import kernel  # noqa: F401
 from torch_fl.cli import skills  # noqa: F401
 from torch_fl.cli import triage  # noqa: F401
+from torch_fl.cli import conformance  # noqa: F401

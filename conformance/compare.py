@@ -1,0 +1,183 @@
+"""Comparing a result with its reference: FlagGems-style tolerances, metadata, storage aliasing.
+
+Every check returns a list of problems (strings that say what was wrong, where); an empty list
+means the check passed. Nothing here raises on a mismatch, so one case can report all it found.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch._prims_common import check_significant_strides
+
+# The relative tolerances FlagGems' own tests use (tests/accuracy_utils.py RESOLUTION); complex
+# types take their component's.
+RTOL: dict[torch.dtype, float] = {
+    torch.float16: 1e-3,
+    torch.bfloat16: 1.6e-2,
+    torch.float32: 1.3e-6,
+    torch.float64: 1e-7,
+    torch.complex32: 1e-3,
+    torch.complex64: 1.3e-6,
+    torch.complex128: 1e-7,
+}
+ATOL_PER_REDUCED_ELEMENT = 1e-4
+"""FlagGems' gems_assert_close: atol = 1e-4 * reduce_dim (the reduction length)."""
+
+
+def reference_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a reference is computed in: float64 for floats, complex128 for complex, else itself."""
+    if dtype.is_complex:
+        return torch.complex128
+    if dtype.is_floating_point:
+        return torch.float64
+    return dtype
+
+
+def tolerances(dtype: torch.dtype, reduce: int = 1) -> tuple[float, float] | None:
+    """(rtol, atol) for `dtype`, None where results must be exact (integers, bool)."""
+    rtol = RTOL.get(dtype)
+    if rtol is None:
+        return None
+    return rtol, ATOL_PER_REDUCED_ELEMENT * max(1, reduce)
+
+
+def reduction_length(inputs: list[torch.Tensor], output: torch.Tensor) -> int:
+    """How many input elements feed one output element, roughly; scales atol like FlagGems' reduce_dim.
+
+    numel(inputs) / numel(output) covers reductions; the largest inner dimension of a matrix
+    input covers contractions (mm, bmm, conv) whose output is as large as their inputs.
+    """
+    out_numel = max(1, output.numel())
+    total = sum(t.numel() for t in inputs)
+    inner = max((t.shape[-1] for t in inputs if t.dim() >= 2), default=1)
+    return max(1, math.ceil(total / out_numel), inner)
+
+
+def _describe_mismatch(actual: torch.Tensor, expected: torch.Tensor, bad: torch.Tensor) -> str:
+    count = int(bad.sum())
+    index = tuple(int(i) for i in bad.nonzero()[0]) if bad.dim() else ()
+    a = actual[index].item() if actual.dim() else actual.item()
+    e = expected[index].item() if expected.dim() else expected.item()
+    return f"{count}/{bad.numel()} elements differ, first at {list(index)}: got {a!r}, expected {e!r}"
+
+
+def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, reduce: int = 1) -> str | None:
+    """Values of `actual` against `expected` (a reference, cast here to `dtype`); None when close.
+
+    Both are moved to the CPU. Floating results: |a - e| <= atol + rtol * |e| with the reference
+    rounded to `dtype` first (as FlagGems does), NaN where and only where the reference has NaN,
+    infinities equal. Integers and bool: exact.
+    """
+    a = actual.detach().cpu().resolve_conj().resolve_neg()
+    e = expected.detach().cpu().resolve_conj().resolve_neg()
+    if a.shape != e.shape:
+        return f"shape {list(a.shape)}, expected {list(e.shape)}"
+    if a.numel() == 0:
+        return None
+    e = e.to(dtype)
+    tol = tolerances(dtype, reduce)
+    if tol is None or not (a.is_floating_point() or a.is_complex()):
+        bad = a.to(e.dtype) != e
+        return _describe_mismatch(a, e, bad) if bool(bad.any()) else None
+    rtol, atol = tol
+    wide = torch.complex128 if e.is_complex() or a.is_complex() else torch.float64
+    a64, e64 = a.to(wide), e.to(wide)
+    a_nan, e_nan = torch.isnan(a64), torch.isnan(e64)
+    finite = torch.isfinite(e64) & torch.isfinite(a64)
+    close = (a64 - e64).abs() <= atol + rtol * e64.abs()
+    same_special = (a_nan & e_nan) | (~torch.isfinite(a64) & ~torch.isfinite(e64) & ~a_nan & ~e_nan & (a64 == e64))
+    ok = torch.where(finite, close, same_special)
+    if bool(ok.all()):
+        return None
+    return _describe_mismatch(a64, e64, ~ok) + f" (rtol {rtol:g}, atol {atol:g})"
+
+
+def compare_value(actual: Any, expected: Any, dtype: torch.dtype, reduce: int = 1) -> str | None:
+    """Compare one output leaf: a tensor, a number, a bool, a size, or anything with ==."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            return f"got {type(actual).__name__}, expected a tensor"
+        return compare_tensor(actual, expected, dtype if expected.dtype.is_floating_point or expected.dtype.is_complex else expected.dtype, reduce)
+    if isinstance(actual, torch.Tensor):
+        return f"got a tensor, expected {type(expected).__name__}"
+    if isinstance(expected, float) and isinstance(actual, (int, float)):
+        if math.isnan(expected) and math.isnan(actual):
+            return None
+        rtol, atol = tolerances(dtype, reduce) or (0.0, 0.0)
+        return None if abs(actual - expected) <= atol + rtol * abs(expected) else f"got {actual!r}, expected {expected!r}"
+    if isinstance(expected, complex) and isinstance(actual, complex):
+        return None if abs(actual - expected) <= 1e-4 * max(1.0, abs(expected)) else f"got {actual!r}, expected {expected!r}"
+    try:
+        same = bool(actual == expected)
+    except Exception:  # incomparable objects: report their types
+        same = type(actual) is type(expected)
+    return None if same else f"got {actual!r}, expected {expected!r}"
+
+
+def is_dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: its elements fill a storage range exactly, in some dim order."""
+    expected = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def compare_metadata(actual: torch.Tensor, expected: torch.Tensor, check_strides: bool = True) -> list[str]:
+    """dtype, shape, and (for dense, non-overlapping expected results) the significant strides."""
+    problems = []
+    if actual.dtype != expected.dtype:
+        problems.append(f"dtype {actual.dtype}, expected {expected.dtype}")
+    if actual.shape != expected.shape:
+        problems.append(f"shape {list(actual.shape)}, expected {list(expected.shape)}")
+    elif check_strides and actual.layout == torch.strided and expected.layout == torch.strided and actual.numel() > 1:
+        if is_dense(expected):
+            same, _ = check_significant_strides(actual, expected, only_cuda=False)
+            if not same:
+                problems.append(f"strides {actual.stride()}, expected {expected.stride()}")
+    return problems
+
+
+def storage_key(t: torch.Tensor) -> tuple[int, int] | None:
+    """(start, end) of the bytes a tensor's storage spans; None for tensors without storage."""
+    if t.layout != torch.strided:
+        return None
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+    start = storage.data_ptr()
+    if start == 0 or storage.nbytes() == 0:
+        return None
+    return start, start + storage.nbytes()
+
+
+def overlaps(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
+    return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
+
+
+def alias_pattern(outputs: list[Any], inputs: list[torch.Tensor]) -> set[tuple[int, int]]:
+    """(output index, input index) pairs whose storages overlap."""
+    keys = [storage_key(t) for t in inputs]
+    pairs = set()
+    for i, out in enumerate(outputs):
+        if not isinstance(out, torch.Tensor):
+            continue
+        key = storage_key(out)
+        for j, k in enumerate(keys):
+            if overlaps(key, k):
+                pairs.add((i, j))
+    return pairs
+
+
+def compare_alias_patterns(actual: set[tuple[int, int]], expected: set[tuple[int, int]]) -> list[str]:
+    """Aliasing must be as PyTorch's own kernels do it: no extra aliases, no copies where views are."""
+    problems = []
+    for i, j in sorted(actual - expected):
+        problems.append(f"output {i} shares storage with input {j}, which PyTorch's kernel does not")
+    for i, j in sorted(expected - actual):
+        problems.append(f"output {i} is a copy, but PyTorch returns a view of input {j}")
+    return problems

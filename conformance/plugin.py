@@ -1,0 +1,381 @@
+"""The conformance pytest plugin: `pytest -p torch_fl.conformance.plugin --fl-platform NAME ...`.
+
+Two roles, as pytest-xdist splits a run:
+
+- the controller (no torch imported) owns the run: it starts or resumes the journal, turns dead
+  workers into `crashed`/`timeout` cases and re-queues their item (the re-run skips the cases
+  already journaled, so it goes on past the one that killed the worker), merges the journal into
+  the record every few seconds and at the end, shows progress, and writes the Markdown summary;
+- each worker activates the platform (FLAGOS_PLATFORM is set for it), runs items, and journals
+  their cases: an item is one case unless it records finer cases itself through the `fl` fixture
+  (the ops suite: one item per OpInfo x dtype, one case per path x overload).
+
+Without xdist one process plays both roles (no crash recovery then; `torch-fl conformance run`
+always uses at least one worker).
+"""
+from __future__ import annotations
+
+import os
+import platform as host_platform
+import socket
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torch_fl.conformance import crash, journal, recordfile, summary
+from torch_fl.conformance.progress import Progress
+from torch_fl.conformance.recorder import CaseInfo, Recorder
+from torch_fl.conformance.session import Session
+
+MERGE_EVERY_S = 10.0
+MAX_RERUNS = 50
+"""How often one item may be re-queued after killing its worker (each time one case further)."""
+WARMUP_PATHS = frozenset({"flaggems"})
+"""Paths whose first call per op and dtype may compile or autotune (FlagGems' Triton kernels)."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("torch-fl conformance")
+    group.addoption("--fl-platform", default=None, help="Platform under test (enables the plugin).")
+    group.addoption("--fl-record", default=None, help="Record file to write (torch-<line>.json).")
+    group.addoption("--fl-paths", default="", help="Comma-separated route paths to exercise (default: all).")
+    group.addoption("--fl-suites", default="", help="Suites selected (recorded in the run's selection).")
+    group.addoption("--fl-samples", type=int, default=2, help="Samples per OpInfo x dtype.")
+    group.addoption("--fl-case-timeout", type=float, default=60.0, help="Seconds one case may take.")
+    group.addoption("--fl-item-timeout", type=float, default=600.0, help="Seconds an item may spend outside its cases.")
+    group.addoption("--fl-warmup-timeout", type=float, default=900.0, help="Seconds for the first call of a compiling path.")
+    group.addoption("--fl-resume", action="store_true", default=False, help="Continue the run in the journal.")
+    group.addoption("--fl-quiet", action="store_true", default=False, help="No progress display.")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "fl_timeout(seconds): this item's case may take up to `seconds`")
+    config.addinivalue_line("markers", "fl_case(op=None, dtype=None, path=None): the op/dtype/path of this item's case")
+    name = config.getoption("fl_platform")
+    if not name:
+        return
+    worker = hasattr(config, "workerinput")
+    distributed = not worker and config.getoption("dist", "no") != "no"
+    if not worker:
+        config.pluginmanager.register(Controller(config, distributed), "fl-controller")
+    if worker or not distributed:
+        config.pluginmanager.register(Worker(config), "fl-worker")
+
+
+def _paths(config: pytest.Config) -> list[str]:
+    return [p for p in str(config.getoption("fl_paths") or "").split(",") if p]
+
+
+def _suite_of(nodeid: str) -> str:
+    return Path(nodeid.split("::")[0]).stem
+
+
+def item_case_id(nodeid: str) -> str:
+    """The id of an item's own case: `<suite>/<test name[params]>`."""
+    return f"{_suite_of(nodeid)}/{nodeid.split('::')[-1]}"
+
+
+def _record_file(config: pytest.Config, descriptor: Any, torch_line: str) -> Path:
+    given = config.getoption("fl_record")
+    if given:
+        return Path(given)
+    from torch_fl.platform.record import record_path
+
+    return record_path(descriptor.directory, torch_line)
+
+
+class Controller:
+    """Owns the journal, the record, crash handling and progress."""
+
+    def __init__(self, config: pytest.Config, distributed: bool) -> None:
+        from torch_fl.platform.discovery import load_platform
+        from torch_fl.platform.record import descriptor_hash, installed_kernel_versions, installed_version
+        from torch_fl.platform.versions import minor_line
+
+        self.config = config
+        self.distributed = distributed
+        name = config.getoption("fl_platform")
+        os.environ["FLAGOS_PLATFORM"] = name  # the workers inherit it and activate this platform
+        descriptor = load_platform(name)
+        torch_version = installed_version("torch") or "0"
+        torch_line = minor_line(torch_version)
+        self.record_file = _record_file(config, descriptor, torch_line)
+        self.journal_file = journal.journal_path(self.record_file)
+        self.run_dir = journal.run_dir(self.record_file)
+        workers = config.getoption("numprocesses", None) if distributed else 0
+        self.workers = int(workers) if isinstance(workers, int) or str(workers).isdigit() else (os.cpu_count() or 1)
+        header = {
+            "platform": name,
+            "descriptor_hash": descriptor_hash(descriptor),
+            "torch": torch_line,
+            "torch_version": torch_version,
+            "kernel_libraries": {k: v or "not installed" for k, v in installed_kernel_versions(descriptor).items()},
+            "started": recordfile.now(),
+            "machine": {
+                "hostname": socket.gethostname(),
+                "cpu_count": os.cpu_count(),
+                "python": host_platform.python_version(),
+                "os": host_platform.platform(),
+                "backing": descriptor.backing.device,
+                "workers": self.workers,
+            },
+            "selection": {
+                "suites": [s for s in str(config.getoption("fl_suites") or "").split(",") if s],
+                "paths": _paths(config),
+                "k": config.getoption("keyword") or "",
+                "samples": config.getoption("fl_samples"),
+                "case_timeout_s": config.getoption("fl_case_timeout"),
+            },
+        }
+        previous = journal.header(self.journal_file) if config.getoption("fl_resume") else None
+        if previous is not None:
+            for key in ("platform", "descriptor_hash", "torch"):
+                if previous.get(key) != header[key]:
+                    raise pytest.UsageError(
+                        f"cannot resume {self.journal_file}: its {key} is {previous.get(key)!r}, now {header[key]!r}; run without --resume"
+                    )
+            journal.append(self.journal_file, {"kind": "session", "resumed": recordfile.now(), "workers": self.workers})
+        else:
+            journal.start(self.journal_file, header)
+            for stale in (self.run_dir / "inflight").glob("*"):
+                stale.unlink(missing_ok=True)
+        (self.run_dir / "inflight").mkdir(parents=True, exist_ok=True)
+        self.reader = journal.Reader(self.journal_file)
+        self.collector = recordfile.Collector()
+        self.collector.feed(self.reader.new())
+        self.done_items = sorted(self.collector.items_done | self._items_with_own_case())
+        config.stash[DONE_ITEMS] = self.done_items
+        config.stash[WORKERS] = max(1, self.workers)
+        self.session_started = time.monotonic()
+        self.items_done = 0
+        self.requeued: set[str] = set()
+        self.reruns: Counter[str] = Counter()
+        self.last_merge = 0.0
+        self.progress = Progress(name, quiet=config.getoption("fl_quiet"))
+
+    def _items_with_own_case(self) -> set[str]:
+        """Items whose own case is journaled (they failed or died outside finer cases): not re-run."""
+        done = set()
+        for entry in journal.read_all(self.journal_file):
+            if entry.get("kind") == "case" and entry.get("item_level") and entry.get("item"):
+                done.add(entry["item"])
+        return done
+
+    # ---- xdist
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["fl_done_items"] = self.done_items
+        node.workerinput["fl_workers"] = max(1, self.workers)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if not self.progress.total:
+            self.progress.start(len(ids))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not self.distributed:
+            self.progress.start(len(session.items))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
+        node = getattr(report, "node", None)
+        worker = node.gateway.id if node is not None else "main"
+        entry = crash.diagnose(self.run_dir, worker, crashitem)
+        if entry is None:
+            message = "the worker process died outside any case (no in-flight marker)"
+            entry = {
+                "kind": "case", "id": item_case_id(crashitem), "suite": _suite_of(crashitem), "op": None, "dtype": None,
+                "path": None, "status": "crashed", "message": message, "duration_s": 0.0, "item": crashitem,
+                "item_level": True,
+            }
+            from torch_fl.conformance.fingerprint import fingerprint
+
+            entry["fingerprint"] = fingerprint("crashed", None, message)
+        journal.append(self.journal_file, entry)
+        if entry.get("item_level"):
+            return  # died outside the finer cases: a re-run would die the same way
+        self.reruns[crashitem] += 1
+        if self.reruns[crashitem] > MAX_RERUNS:
+            return
+        try:
+            sched.mark_test_pending(crashitem)
+        except (NotImplementedError, AttributeError):
+            return  # a scheduler that cannot re-queue: --resume continues the item later
+        self.requeued.add(crashitem)
+
+    # ---- progress and merging
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        finished = report.when == "call" or (report.when == "setup" and not report.passed) or report.when == "???"
+        if report.when == "???" and report.nodeid in self.requeued:
+            self.requeued.discard(report.nodeid)
+            finished = False  # it runs again
+        if finished:
+            self.items_done += 1
+        now = time.monotonic()
+        if now - self.last_merge >= MERGE_EVERY_S:
+            self.merge(complete=False)
+        else:
+            self.progress.update(self.items_done, self._statuses())
+
+    def _statuses(self) -> Counter[str]:
+        self.collector.feed(self.reader.new())
+        return Counter(c["status"] for c in self.collector.cases.values())
+
+    def merge(self, complete: bool, finished: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.last_merge = time.monotonic()
+        statuses = self._statuses()
+        self.progress.update(self.items_done, statuses)
+        record = recordfile.build(self.collector, complete, finished, extra)
+        recordfile.write(self.record_file, record)
+        return record
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        wall = time.monotonic() - self.session_started
+        complete = int(exitstatus) in (0, 1, 5) and not session.shouldstop
+        journal.append(self.journal_file, {"kind": "session", "finished": recordfile.now(), "wall_s": round(wall, 1),
+                                           "workers": self.workers, "exitstatus": int(exitstatus)})
+        self.collector.feed(self.reader.new())
+        total_wall = sum(s.get("wall_s", 0.0) for s in self.collector.sessions)
+        record = self.merge(complete, recordfile.now(), {"wall_s": round(total_wall, 1)})
+        self.progress.close()
+        summary.write(self.record_file, record)
+        if complete:
+            # Everything is in the record now; the journal only served to resume.
+            self.journal_file.unlink(missing_ok=True)
+            for leftover in (self.run_dir / "inflight").glob("*"):
+                leftover.unlink(missing_ok=True)
+        self.config.stash[OUTCOME] = {"record": str(self.record_file), "complete": complete}
+
+
+@pytest.fixture(scope="session")
+def fl(request: pytest.FixtureRequest) -> Session:
+    """The run as suites see it (see session.py); activates the platform on first use."""
+    worker = request.config.pluginmanager.get_plugin("fl-worker")
+    if worker is None:
+        pytest.skip("not a conformance run (pass --fl-platform NAME)")
+    return worker.ready_session()
+
+
+DONE_ITEMS = pytest.StashKey[list]()
+WORKERS = pytest.StashKey[int]()
+OUTCOME = pytest.StashKey[dict]()
+
+
+class Worker:
+    """Runs items: activates the platform lazily, journals each item's case(s)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is not None:
+            self.done_items = set(workerinput.get("fl_done_items", []))
+            self.workers = int(workerinput.get("fl_workers", 1))
+        else:
+            self.done_items = set(config.stash.get(DONE_ITEMS, []))
+            self.workers = config.stash.get(WORKERS, 1)
+        from torch_fl.platform.discovery import load_platform
+        from torch_fl.platform.record import installed_version
+        from torch_fl.platform.versions import minor_line
+
+        name = config.getoption("fl_platform")
+        descriptor = load_platform(name)
+        record_file = _record_file(config, descriptor, minor_line(installed_version("torch") or "0"))
+        self.recorder = Recorder(
+            journal.journal_path(record_file),
+            journal.run_dir(record_file),
+            worker=str(workerinput["workerid"]) if workerinput is not None else "main",
+            case_timeout=config.getoption("fl_case_timeout"),
+            item_timeout=max(config.getoption("fl_item_timeout"), config.getoption("fl_case_timeout")),
+            warmup_timeout=config.getoption("fl_warmup_timeout"),
+            warmup_paths=WARMUP_PATHS,
+        )
+        paths = _paths(config)
+        self.session = Session(name, self.recorder, frozenset(paths) if paths else None, config.getoption("fl_samples"))
+        self.session.descriptor = descriptor
+        self.reports: list[pytest.TestReport] = []
+        self._announced = False
+
+    def ready_session(self) -> Session:
+        self.session.activate()
+        if not self._announced:
+            self._announced = True
+            self._announce()
+        return self.session
+
+    def _announce(self) -> None:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, self.workers)))
+        info: dict[str, Any] = {"kind": "worker", "pid": os.getpid(), "torch": torch.__version__}
+        if self.session.backing == "cuda":
+            info["device"] = torch.cuda.get_device_name()
+        journal.append(self.recorder.journal_file, info)
+
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+        keep, drop = [], []
+        for item in items:
+            (drop if item.nodeid in self.done_items else keep).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        marker = item.get_closest_marker("fl_case")
+        meta = dict(marker.kwargs) if marker else {}
+        case = CaseInfo(item_case_id(item.nodeid), _suite_of(item.nodeid), meta.get("op"), meta.get("dtype"), meta.get("path"))
+        limit = item.get_closest_marker("fl_timeout")
+        self.reports = []
+        self.recorder.begin_item(item.nodeid, case, float(limit.args[0]) if limit else None)
+        try:
+            return (yield)
+        finally:
+            self._finish_item(case)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.reports.append(report)
+
+    def _finish_item(self, case: CaseInfo) -> None:
+        status, message = _outcome(self.reports)
+        if self.recorder.used_cases:
+            if status == "failed":
+                status = "error"  # the item broke outside its cases: a harness problem, said as such
+            write = status != "passed"
+        else:
+            write = True
+        if write and not self.recorder.is_done(case.id):
+            case.status, case.message = status, message if status != "passed" else case.message
+            duration = sum(r.duration for r in self.reports)
+            case.duration_s = duration
+            entry = case.entry(self.recorder.item or "")
+            entry["item_level"] = True
+            journal.append(self.recorder.journal_file, entry)
+        self.recorder.end_item(done=True)
+
+
+def _short(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    crash_info = getattr(longrepr, "reprcrash", None)
+    if crash_info is not None:
+        return f"{crash_info.message.strip()[:2000]} ({Path(crash_info.path).name}:{crash_info.lineno})"
+    return str(longrepr).strip().splitlines()[-1][:2000] if longrepr else ""
+
+
+def _outcome(reports: list[pytest.TestReport]) -> tuple[str, str]:
+    """(status, message) of an item from its setup/call/teardown reports."""
+    for report in reports:
+        if report.when == "setup" and report.failed:
+            return "error", _short(report)
+        if report.skipped:
+            return "skipped", _short(report)
+        if report.when == "call" and report.failed:
+            return "failed", _short(report)
+        if report.when == "teardown" and report.failed:
+            return "error", "teardown: " + _short(report)
+    return "passed", ""

@@ -1,0 +1,200 @@
+"""Worker side of a run: records cases to the journal, marks what is in flight, ends hangs.
+
+Before a case runs, its description is written to an in-flight file named after the pytest item,
+and a watchdog is armed: `faulthandler.dump_traceback_later(exit=True)` runs in a C thread that
+needs no GIL, so even a kernel spinning in C with the GIL held is stopped. It writes the stacks
+to this worker's trace file and exits the process; pytest-xdist then reports the item as crashed
+and starts a new worker, and the controller (`crash.py`) turns the in-flight file and the trace
+into the case's `timeout` or `crashed` entry. A segfault takes the same path (faulthandler writes
+the fatal-signal trace to the same file). Markers are per worker, so the controller finds the
+one of the worker xdist says died.
+"""
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torch_fl.conformance import journal
+from torch_fl.conformance.fingerprint import fingerprint
+
+
+def inflight_path(run_dir: Path, worker: str) -> Path:
+    """The in-flight marker of one worker (rewritten in place before each case)."""
+    return run_dir / "inflight" / f"{worker}.json"
+
+
+def trace_path(run_dir: Path, worker: str) -> Path:
+    """Where one worker's faulthandler writes (fatal signals, watchdog timeouts)."""
+    return run_dir / "inflight" / f"{worker}.trace"
+
+
+@dataclass
+class CaseInfo:
+    """The identity of a case and, once it ran, its result (the record's Case fields)."""
+
+    id: str
+    suite: str
+    op: str | None = None
+    dtype: str | None = None
+    path: str | None = None
+    status: str = "passed"
+    message: str = ""
+    duration_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def fail(self, message: str) -> None:
+        self.status, self.message = "failed", message
+
+    def skip(self, message: str) -> None:
+        self.status, self.message = "skipped", message
+
+    def entry(self, item: str) -> dict[str, Any]:
+        data = asdict(self)
+        notes = data.pop("notes")
+        if notes and self.status == "passed" and not self.message:
+            data["message"] = "; ".join(notes)
+        data["duration_s"] = round(self.duration_s, 4)
+        data["fingerprint"] = fingerprint(self.status, self.op, self.message) if self.status != "passed" else None
+        return {"kind": "case", **data, "item": item}
+
+
+def exception_message(exc: BaseException) -> str:
+    """`Type: message (file:line in function)`, pointing at the innermost frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text[:1500]}{where}"
+
+
+class Recorder:
+    """One per worker process."""
+
+    def __init__(
+        self,
+        journal_file: Path,
+        run_dir: Path,
+        worker: str,
+        case_timeout: float,
+        item_timeout: float,
+        warmup_timeout: float,
+        warmup_paths: frozenset[str] = frozenset(),
+    ) -> None:
+        self.journal_file = journal_file
+        self.run_dir = run_dir
+        self.case_timeout = case_timeout
+        self.item_timeout = item_timeout
+        self.warmup_timeout = warmup_timeout
+        self.warmup_paths = warmup_paths
+        (run_dir / "inflight").mkdir(parents=True, exist_ok=True)
+        self.trace_path = trace_path(run_dir, worker)
+        self._trace = open(self.trace_path, "w")
+        self._marker = os.open(inflight_path(run_dir, worker), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        faulthandler.enable(file=self._trace, all_threads=True)
+        self._reader = journal.Reader(journal_file)
+        self.done_cases: dict[str, str] = {}
+        self.done_items: set[str] = set()
+        self._warm: set[tuple[str | None, str | None, str | None]] = set()
+        self.item: str | None = None
+        self.item_case: CaseInfo | None = None
+        self.item_limit = item_timeout
+        self.used_cases = False
+        self.refresh()
+
+    # ---- what is already recorded (resume, and the re-run of an item after a crash)
+    def refresh(self) -> None:
+        for entry in self._reader.new():
+            if entry.get("kind") == "case":
+                self.done_cases[entry["id"]] = entry.get("status", "")
+            elif entry.get("kind") == "item":
+                self.done_items.add(entry["item"])
+
+    def is_done(self, case_id: str) -> bool:
+        return case_id in self.done_cases
+
+    # ---- in-flight marker and watchdog
+    def _mark(self, case: CaseInfo, timeout: float, item_level: bool = False) -> None:
+        assert self.item is not None
+        marker = {
+            "item": self.item,
+            "case": {"id": case.id, "suite": case.suite, "op": case.op, "dtype": case.dtype, "path": case.path},
+            "item_level": item_level,
+            "started": time.time(),
+            "timeout": timeout,
+            "trace": str(self.trace_path),
+            "trace_offset": self._trace.tell(),
+            "pid": os.getpid(),
+        }
+        data = json.dumps(marker).encode()
+        # Rewritten in place (no rename): a few microseconds, and read only after this process died.
+        os.pwrite(self._marker, data, 0)
+        os.ftruncate(self._marker, len(data))
+        faulthandler.dump_traceback_later(timeout, repeat=False, file=self._trace, exit=True)
+
+    def timeout_for(self, op: str | None, dtype: str | None, path: str | None) -> float:
+        """The case timeout; the first call of a path that compiles or autotunes gets the warm-up one."""
+        if path in self.warmup_paths and (op, dtype, path) not in self._warm:
+            self._warm.add((op, dtype, path))
+            return max(self.case_timeout, self.warmup_timeout)
+        return self.case_timeout
+
+    # ---- items
+    def begin_item(self, nodeid: str, case: CaseInfo, timeout: float | None = None) -> None:
+        self.refresh()
+        self.item, self.item_case, self.used_cases = nodeid, case, False
+        self.item_limit = max(timeout or 0.0, self.item_timeout)
+        self._mark(case, self.item_limit, item_level=True)
+
+    def end_item(self, done: bool) -> None:
+        faulthandler.cancel_dump_traceback_later()
+        if self.item is None:
+            return
+        os.ftruncate(self._marker, 0)
+        if done:
+            journal.append(self.journal_file, {"kind": "item", "item": self.item})
+        self.item = self.item_case = None
+
+    def write(self, case: CaseInfo) -> None:
+        assert self.item is not None
+        entry = case.entry(self.item)
+        journal.append(self.journal_file, entry)
+        self.done_cases[case.id] = case.status
+
+    @contextmanager
+    def case(
+        self,
+        case_id: str,
+        suite: str,
+        op: str | None = None,
+        dtype: str | None = None,
+        path: str | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[CaseInfo]:
+        """Run one case: exceptions fail it (pytest.skip skips it), and it is journaled at the end."""
+        case = CaseInfo(case_id, suite, op, dtype, path)
+        self.used_cases = True
+        self._mark(case, timeout if timeout is not None else self.timeout_for(op, dtype, path))
+        start = time.perf_counter()
+        try:
+            yield case
+        except pytest.skip.Exception as exc:
+            case.skip(str(exc.msg) if hasattr(exc, "msg") else str(exc))
+        except (AssertionError, pytest.fail.Exception) as exc:
+            case.fail(str(exc).strip()[:2000] or "assertion failed")
+        except Exception as exc:
+            case.fail(exception_message(exc))
+        finally:
+            case.duration_s = time.perf_counter() - start
+            faulthandler.cancel_dump_traceback_later()
+            if self.item_case is not None:
+                self._mark(self.item_case, self.item_limit, item_level=True)
+        self.write(case)

@@ -1,0 +1,196 @@
+"""Runs the conformance plugin in a pytest subprocess with pytest-xdist workers.
+
+The subprocess is the controller (it never imports torch); its workers activate the platform.
+Always at least one worker, so a kernel that crashes or hangs kills a worker, never the run.
+pytest's own output goes to a log in the run folder; progress goes to stderr unless quiet.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch_fl.conformance import journal
+from torch_fl.conformance.summary import summary_path
+
+SUITES: tuple[str, ...] = ("ops", "amp", "rng", "ddp", "fsdp2", "compile", "profiler", "model")
+"""Every suite, in the order they run (the short ones first, so their results show early)."""
+RUN_ORDER: tuple[str, ...] = ("rng", "amp", "profiler", "ddp", "fsdp2", "compile", "model", "ops")
+PATHS: tuple[str, ...] = ("native", "flaggems", "vendor", "emulated", "cpu")
+_SCRUBBED_PREFIXES = ("FLAGOS_ROUTE_",)
+_SCRUBBED = ("FLAGOS_ROUTES", "FLAGOS_STRICT", "FLAGOS_ALLOW_UNVALIDATED")
+
+
+@dataclass
+class RunOptions:
+    """What `torch-fl conformance run` was asked for."""
+
+    platform: str
+    k: str | None = None
+    workers: str = "auto"
+    suites: list[str] | None = None
+    paths: list[str] | None = None
+    resume: bool = False
+    timeout: float = 60.0
+    record_dir: Path | None = None
+    quiet: bool = False
+    samples: int = 2
+    warmup_timeout: float = 900.0
+    pytest_args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunOutcome:
+    returncode: int
+    record_file: Path
+    summary_file: Path
+    log_file: Path
+    wall_s: float
+    record: dict[str, Any] | None
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.record and self.record.get("complete"))
+
+
+def record_file_for(platform: str, record_dir: Path | None) -> Path:
+    """Where the record goes: `<record_dir>/torch-<line>.json`, default the platform's records folder."""
+    from torch_fl.platform.discovery import load_platform
+    from torch_fl.platform.record import RECORDS_DIR, installed_version
+    from torch_fl.platform.versions import minor_line
+
+    descriptor = load_platform(platform)
+    line = minor_line(installed_version("torch") or "0")
+    folder = Path(record_dir) if record_dir is not None else Path(descriptor.directory) / RECORDS_DIR
+    return folder / f"torch-{line}.json"
+
+
+def suite_file(name: str) -> str:
+    spec = importlib.util.find_spec(f"torch_fl.conformance.suites.{name}")
+    if spec is None or spec.origin is None:
+        raise ValueError(f"unknown suite {name!r}; suites: {', '.join(SUITES)}")
+    return spec.origin
+
+
+def validate(options: RunOptions) -> None:
+    unknown = [s for s in options.suites or [] if s not in SUITES]
+    if unknown:
+        raise ValueError(f"unknown suite(s) {unknown}; suites: {', '.join(SUITES)}")
+    unknown = [p for p in options.paths or [] if p not in PATHS]
+    if unknown:
+        raise ValueError(f"unknown path(s) {unknown}; paths: {', '.join(PATHS)}")
+    if options.workers != "auto" and (not str(options.workers).isdigit() or int(options.workers) < 1):
+        raise ValueError("-n takes 'auto' or a number of workers >= 1 (a worker is what survives a crashing kernel)")
+
+
+def resume_selection(options: RunOptions, record_file: Path) -> RunOptions:
+    """With --resume, the selection of the interrupted run (from its journal) is the one continued."""
+    header = journal.header(journal.journal_path(record_file))
+    if header is None:
+        return options
+    chosen = header.get("selection", {})
+    for key, given, stored in (
+        ("suites", options.suites, chosen.get("suites")),
+        ("paths", options.paths, chosen.get("paths")),
+        ("-k", options.k, chosen.get("k")),
+    ):
+        if not _same(given, stored):
+            raise ValueError(f"--resume continues the journaled run, whose {key} is {stored!r}; you passed {given!r}")
+    options.suites = chosen.get("suites") or None
+    options.paths = chosen.get("paths") or None
+    options.k = chosen.get("k") or None
+    options.samples = int(chosen.get("samples", options.samples))
+    return options
+
+
+def _same(given: list[str] | str | None, stored: list[str] | str | None) -> bool:
+    if given is None:
+        return True  # not given: the journaled value is used
+    if isinstance(given, list):
+        return sorted(given) == sorted(stored or [])
+    return given == (stored or None)
+
+
+def pytest_command(options: RunOptions, record_file: Path, ini: Path) -> list[str]:
+    suites = [s for s in RUN_ORDER if s in (options.suites or SUITES)]
+    item_timeout = max(600.0, 10 * options.timeout)
+    argv = [
+        sys.executable, "-m", "pytest", *[suite_file(s) for s in suites],
+        "-c", str(ini), "--rootdir", str(Path(suite_file("ops")).parent),
+        # Plugin autoloading is off (see subprocess_env): exactly these plugins run, whatever else is installed.
+        "-p", "torch_fl.conformance.plugin", "-p", "xdist.plugin", "-p", "pytest_timeout",
+        "-p", "no:cacheprovider", "-p", "no:faulthandler",
+        "-n", str(options.workers), "--dist", "load", "--max-worker-restart", "100000",
+        # pytest-timeout is the backstop; the plugin's own watchdog ends a case first (and a GIL-holding one too).
+        "--timeout", str(int(item_timeout * 3)), "--timeout-method", "thread",
+        # Suite files are named on the command line, so they are collected whatever python_files says
+        # (and python_files must stay narrow: pytest rewrites the assertions of every module it matches).
+        "-o", "python_functions=test_*", "-o", "python_classes=Test*",
+        "-q", "-rfE", "--tb=short", "-W", "ignore::UserWarning",
+        "--fl-platform", options.platform, "--fl-record", str(record_file),
+        "--fl-suites", ",".join(suites), "--fl-paths", ",".join(options.paths or []),
+        "--fl-samples", str(options.samples), "--fl-case-timeout", str(options.timeout),
+        "--fl-item-timeout", str(item_timeout), "--fl-warmup-timeout", str(max(options.timeout, options.warmup_timeout)),
+    ]
+    if options.k:
+        argv += ["-k", options.k]
+    if options.resume:
+        argv.append("--fl-resume")
+    if options.quiet:
+        argv.append("--fl-quiet")
+    return argv + list(options.pytest_args)
+
+
+def subprocess_env(platform: str) -> dict[str, str]:
+    """The environment of the run: the platform named, no route overrides of the caller's shell."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIXES) and k not in _SCRUBBED}
+    env["FLAGOS_PLATFORM"] = platform
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("PYTEST_ADDOPTS", None)
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env.pop("PYTEST_XDIST_AUTO_NUM_WORKERS", None)
+    return env
+
+
+def run(options: RunOptions) -> RunOutcome:
+    """Run the suites; returns where the record is and what it says (None when none was written)."""
+    validate(options)
+    record_file = record_file_for(options.platform, options.record_dir)
+    if options.resume:
+        options = resume_selection(options, record_file)
+    folder = journal.run_dir(record_file)
+    folder.mkdir(parents=True, exist_ok=True)
+    ini = folder / "pytest.ini"
+    ini.write_text("[pytest]\n")
+    log_file = folder / "pytest.log"
+    argv = pytest_command(options, record_file, ini)
+    started = time.monotonic()
+    with open(log_file, "w") as log:
+        log.write(" ".join(argv) + "\n\n")
+        log.flush()
+        proc = subprocess.run(
+            argv,
+            env=subprocess_env(options.platform),
+            stdout=log,
+            stderr=log if options.quiet else None,
+            stdin=subprocess.DEVNULL,
+            cwd=folder,
+        )
+    wall = time.monotonic() - started
+    record = None
+    if record_file.is_file():
+        try:
+            record = json.loads(record_file.read_text())
+        except json.JSONDecodeError:
+            record = None
+    outcome = RunOutcome(proc.returncode, record_file, summary_path(record_file), log_file, wall, record)
+    if outcome.complete and proc.returncode in (0, 1, 5):
+        shutil.rmtree(folder, ignore_errors=True)  # the record says it all; the log only helps a failed start
+    return outcome

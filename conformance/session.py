@@ -1,0 +1,118 @@
+"""What a suite sees of the run (the `fl` fixture): the platform under test, its routes, and cases.
+
+Activation happens here, lazily, inside a worker: a platform that fails to start fails every item
+with the reason instead of killing the run. Once active, every op the platform routes is pinned
+to `native` for this process, so an unforced ("plain") run is the native route whatever the
+record or routes.yaml say, and forcing one op onto one path changes only that op.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch_fl.conformance.recorder import CaseInfo, Recorder
+
+PYTHON_PATHS = frozenset({"flaggems", "vendor", "emulated"})
+"""Paths served by a Python route kernel (native and cpu are the C++ core's)."""
+
+
+@dataclass
+class Session:
+    """The run as one worker sees it."""
+
+    platform_name: str
+    recorder: Recorder
+    paths: frozenset[str] | None
+    samples: int
+    descriptor: Any = None
+    candidates_by_op: dict[str, list[str]] = field(default_factory=dict)
+    default_candidates: list[str] = field(default_factory=list)
+    activation_error: str | None = None
+    _active: bool = False
+
+    # ---- the platform
+    def activate(self) -> None:
+        """Start the platform once; pin routed ops to native; remember each op's candidates."""
+        if self._active:
+            return
+        if self.activation_error is not None:
+            raise RuntimeError(self.activation_error)
+        try:
+            import torch_fl
+            from torch_fl.routing import router
+
+            active = torch_fl.activate(self.platform_name)
+            r = router()
+            self.descriptor = active.descriptor
+            self.default_candidates = list(r.default_candidates())
+            for op in sorted(r.routed_ops()):
+                self.candidates_by_op[op] = list(r.plan(op).candidates)
+                r.set_route(op, ["native"])
+        except Exception as exc:
+            self.activation_error = f"platform {self.platform_name!r} could not be activated: {type(exc).__name__}: {exc}"
+            raise RuntimeError(self.activation_error) from exc
+        self._active = True
+
+    @property
+    def backing(self) -> str:
+        self.activate()
+        return str(self.descriptor.backing.device)
+
+    def candidates(self, op: str) -> list[str]:
+        """The op's candidate paths as the platform declares them, limited to the selected paths."""
+        self.activate()
+        found = self.candidates_by_op.get(op, self.default_candidates)
+        return [p for p in found if self.selected(p)]
+
+    def selected(self, path: str) -> bool:
+        return self.paths is None or path in self.paths
+
+    def implements(self, op: str, path: str) -> bool:
+        from torch_fl.routing import router
+
+        kernels = router().kernel_sets.get(path)
+        return kernels is not None and kernels.implements(op)
+
+    @contextmanager
+    def forced(self, op: str, path: str) -> Iterator[None]:
+        """Route `op` through `path` only (gate bypassed) for the duration."""
+        from torch_fl.routing import forced
+
+        with forced(op, path):
+            yield
+
+    # ---- cases
+    def done(self, case_id: str) -> bool:
+        return self.recorder.is_done(case_id)
+
+    def case(
+        self,
+        case_id: str,
+        suite: str,
+        op: str | None = None,
+        dtype: str | None = None,
+        path: str | None = None,
+        timeout: float | None = None,
+    ):
+        """A context manager recording one case (see Recorder.case)."""
+        return self.recorder.case(case_id, suite, op, dtype, path, timeout)
+
+    def own_cases(self) -> None:
+        """This item journals its cases itself: it has no case of its own unless it breaks."""
+        self.recorder.used_cases = True
+
+    def meta(self, op: str | None = None, dtype: str | None = None, path: str | None = None) -> None:
+        """Name the op / dtype / path of the current item's own case (simple, one-case items)."""
+        case: CaseInfo | None = self.recorder.item_case
+        if case is None:
+            return
+        case.op = op if op is not None else case.op
+        case.dtype = dtype if dtype is not None else case.dtype
+        case.path = path if path is not None else case.path
+
+    def note(self, text: str) -> None:
+        """A remark kept in the item's case message when it passes (e.g. what was measured)."""
+        if self.recorder.item_case is not None:
+            self.recorder.item_case.notes.append(text)

@@ -1,0 +1,261 @@
+"""ops: every OpInfo of PyTorch's op_db, in every dtype the platform declares, on every route path.
+
+One pytest item per OpInfo x dtype (dtypes: the descriptor's, intersected with what the OpInfo
+supports on the CPU). Its first few samples are built on the CPU, then run:
+
+1. on the CPU in float64 (inputs upcast): the reference; on the CPU in the dtype: the baseline.
+   A part (forward, backward, in-place, out=) whose baseline misses the reference is not judged
+   on flagos either ("baseline"): the bar is what PyTorch's own CPU kernels meet;
+2. on flagos, plain: case `ops/<op>/<dtype>/native` (op: the OpInfo's main aten overload). Every
+   routed op is pinned to native in the worker, so this is the native route. A dispatch mode
+   records each aten overload the run reaches on flagos (forward, backward, in-place, out=);
+3. for each reached overload and each of its candidate paths other than native, the same run
+   with that overload forced onto that path: case `ops/<op>/<dtype>/<path>/<overload>` with
+   op = the overload and dtype = the dtype the route gate sees for it. Forcing native is not run
+   again: the plain run is exactly that.
+
+Checked in each flagos run: values against the reference (FlagGems tolerances), output dtype,
+shape and strides against PyTorch's (the CPU's for the plain run, the native run's for a forced
+path), storage aliasing as PyTorch's kernels do it, the in-place variant really in place, out=
+honoured, the schema's alias contract of the overloads under test, and for random ops the same
+results for the same seed (on a CPU backing, also the CPU generator's exact numbers).
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from torch_fl.conformance.fingerprint import normalize
+from torch_fl.conformance.opcheck import Run, Variant, Verdict, baseline_health, evaluate, run_sample, seed_all, summarize
+from torch_fl.conformance.opdb import full_name, op_db
+from torch_fl.conformance.recorder import CaseInfo
+from torch_fl.conformance.watch import SCHEMA_ALIAS_EXEMPT, Watch
+
+SUITE = "ops"
+
+# OpInfos not run, and why. Everything else in op_db runs.
+EXCLUDED: dict[str, str] = {
+    "to_sparse": "sparse layouts: flagos has no sparse tensors",
+    "sparse.sampled_addmm": "sparse layouts: flagos has no sparse tensors",
+    "sparse.mm.reduce": "sparse layouts: flagos has no sparse tensors",
+    "jiterator_unary": "CUDA jiterator test op (no CPU kernel)",
+    "jiterator_binary": "CUDA jiterator test op (no CPU kernel)",
+    "jiterator_4inputs_with_extra_args": "CUDA jiterator test op (no CPU kernel)",
+    "jiterator_binary_return_by_ref": "CUDA jiterator test op (no CPU kernel)",
+    "jiterator_2inputs_2outputs": "CUDA jiterator test op (no CPU kernel)",
+}
+
+# Values of these are uninitialised memory: only dtype, shape, strides and aliasing are judged.
+UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"})
+
+# Overloads the C++ core itself serves on PrivateUse1 (structural.cpp): allocation, views, copies
+# across devices. A Python route there would replace the device's own structure, so none is forced.
+CORE_STRUCTURAL = frozenset(
+    "aten::" + name
+    for name in """empty.memory_format empty_strided as_strided view _reshape_alias unfold view_as_real
+    view_as_complex is_set_to resize_ _copy_from _copy_from_and_resize _local_scalar_dense set_
+    set_.source_Tensor set_.source_Storage set_.source_Storage_storage_offset record_stream""".split()
+)
+# The cpu path moves arguments with these very ops: forcing them onto it would recurse.
+CPU_PATH_TRANSFERS = frozenset({"aten::_to_copy", "aten::copy_", "aten::clone", "aten::empty_like"})
+
+
+def not_forced(op: str, overload: torch._ops.OpOverload, path: str) -> str | None:
+    """Why `op` is never forced onto `path` (None: it is)."""
+    if op in CORE_STRUCTURAL:
+        return "served by the C++ core's structural kernels"
+    if op in SCHEMA_ALIAS_EXEMPT:
+        return "a view in practice (its schema does not say so): only the native path keeps it one"
+    returns = overload._schema.returns
+    if any(r.alias_info is not None and not r.alias_info.is_write for r in returns):
+        return "a view: it must share its input's storage, which only the native path does"
+    if torch.Tag.inplace_view in overload.tags:
+        return "changes its input's sizes and strides in place (transpose_, squeeze_...): only the native path can"
+    if path == "cpu" and op in CPU_PATH_TRANSFERS:
+        return "the cpu path transfers with this op itself"
+    return None
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _declared_dtypes(config: pytest.Config) -> list[str]:
+    worker = config.pluginmanager.get_plugin("fl-worker")
+    if worker is None:
+        return []
+    return list(worker.session.descriptor.capabilities.dtypes)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "opinfo" not in metafunc.fixturenames:
+        return
+    declared = set(_declared_dtypes(metafunc.config))
+    params, ids = [], []
+    for opinfo in op_db():
+        name = full_name(opinfo)
+        if name in EXCLUDED or opinfo.name in EXCLUDED:
+            continue
+        for dtype in sorted(opinfo.supported_dtypes("cpu"), key=_dtype_name):
+            if _dtype_name(dtype) in declared:
+                params.append((opinfo, dtype))
+                ids.append(f"{name}-{_dtype_name(dtype)}")
+    metafunc.parametrize(("opinfo", "dtype"), params, ids=ids)
+
+
+def _seed(name: str, dtype: torch.dtype) -> int:
+    return zlib.crc32(f"{name}/{dtype}".encode()) % (2**31)
+
+
+def _samples(opinfo: Any, dtype: torch.dtype, backward: bool, seed: int, count: int) -> tuple[list[Any], str]:
+    """The first `count` samples and the device they were made on.
+
+    Made on flagos like PyTorch's device tests make them on the device under test (so tensors a
+    sample keeps on the CPU on purpose stay there); on the CPU where the sample function cannot
+    run on flagos. The sample function is called directly, not through opinfo.sample_inputs():
+    that wraps it in PyTorch's test tracker, which inspects the call stack per OpInfo (0.5 s each).
+    """
+    errors = []
+    for home in ("flagos", "cpu"):
+        seed_all(seed)
+        try:
+            return list(itertools.islice(iter(opinfo.sample_inputs_func(opinfo, home, dtype, backward)), count)), home
+        except Exception as exc:
+            errors.append(f"{home}: {type(exc).__name__}: {str(exc)[:300]}")
+    pytest.skip("the OpInfo cannot make samples here: " + "; ".join(errors))
+
+
+def main_overload(opinfo: Any, seen: dict[str, Any]) -> str:
+    """The OpInfo's own aten overload among those reached, else `opinfo:<name>`."""
+    wanted = {opinfo.aten_name, opinfo.name.split(".")[-1], opinfo.name.replace(".", "_")}
+    wanted |= {w.rstrip("_") for w in wanted if w} | {f"{w}_" for w in wanted if w}
+    for op in seen:
+        packet = op.split("::", 1)[1].split(".", 1)[0]
+        if packet in wanted:
+            return op
+    return f"opinfo:{full_name(opinfo)}"
+
+
+def _conclude(case: Any, verdicts: list[Verdict], extra: list[str], like_native: list[str] | None = None) -> None:
+    problems = list(extra)
+    for i, v in enumerate(verdicts):
+        problems += [f"sample {i}: {p}" for p in v.problems]
+    if problems:
+        if like_native is not None:
+            native = {normalize(p) for p in like_native}
+            if all(normalize(p) in native for p in problems):
+                case.skip("fails as the native run does: " + summarize(problems))
+                return
+        case.fail(summarize(problems))
+        return
+    if not any(v.compared for v in verdicts):
+        reasons = [r for v in verdicts for r in v.baseline_skipped]
+        if reasons:
+            case.skip("baseline: the CPU itself misses the float64 reference: " + summarize(reasons))
+        else:
+            case.skip("no sample applies: every part was rejected by the CPU too")
+
+
+# Random OpInfos whose randomness is under a seed-setting wrapper: known before running anything.
+_RANDOM_NAMES = ("normal", "uniform", "bernoulli", "multinomial", "dropout", "rand", "cauchy", "exponential", "geometric", "log_normal")
+
+
+def _looks_random(opinfo: Any) -> bool:
+    return any(part in opinfo.name for part in _RANDOM_NAMES) and "normalize" not in opinfo.name
+
+
+@contextlib.contextmanager
+def _unrecorded(case_id: str) -> Iterator[CaseInfo]:
+    """Stands in for fl.case() when the plain run only serves the forced ones (resumed, or native
+    not selected): same code path, nothing journaled, errors propagate."""
+    yield CaseInfo(case_id, SUITE)
+
+
+def _gate_dtype(watch: Watch, op: str, dtype: torch.dtype) -> str:
+    seen = watch.dtypes.get(op, set())
+    return next(iter(seen)) if len(seen) == 1 else _dtype_name(dtype)
+
+
+def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
+    name, dname = full_name(opinfo), _dtype_name(dtype)
+    base_id = f"{SUITE}/{name}/{dname}"
+    plain_id = f"{base_id}/native"
+    if fl.done(plain_id) and fl.recorder.done_cases[plain_id] in ("crashed", "timeout"):
+        return  # the plain run kills the worker: nothing further can run for this item
+    seed = _seed(name, dtype)
+    backward = bool(opinfo.supports_autograd) and dtype in opinfo.supported_backward_dtypes("cpu")
+    fl.own_cases()
+    samples, home = _samples(opinfo, dtype, backward, seed, fl.samples)
+    if not samples:
+        pytest.skip("the OpInfo has no sample for this dtype")
+    cpu = Variant("cpu", "cpu", home=home)
+    reference = Variant("reference", "cpu", upcast=True, home=home)
+    flagos = Variant("flagos", "flagos", home=home)
+    values_judged = name not in UNINITIALIZED
+    state: dict[str, Any] = {}
+
+    def run_all(watch: Watch, cotangents: list[Any]) -> list[Run]:
+        with watch:
+            return [
+                run_sample(opinfo, s, flagos, dtype, seed + i, cotangents[i], backward, repeat=state["random"], quiet=watch.paused)
+                for i, s in enumerate(samples)
+            ]
+
+    def judge(runs: list[Run], shape_sources: list[Run], values_from: list[Run] | None) -> list[Verdict]:
+        verdicts = []
+        for i, run in enumerate(runs):
+            v = evaluate(run, state["references"][i], state["baselines"][i], shape_sources[i], state["health"][i], dtype,
+                         state["random"], values_from[i] if values_from else None)
+            if not values_judged:
+                v.compared = max(v.compared, 1)
+                v.problems = [p for p in v.problems if "elements differ" not in p]
+            verdicts.append(v)
+        return verdicts
+
+    # 1-2. the plain (native) run first: its dispatch mode finds the reached overloads, and whether
+    # the op is random (then values are judged by reproducibility, not against float64)
+    watch = Watch(focus=None)
+    recorded = fl.selected("native") and not fl.done(plain_id)
+    with (fl.case(plain_id, SUITE, op=f"opinfo:{name}", dtype=dname, path="native") if recorded else _unrecorded(plain_id)) as case:
+        state["random"] = _looks_random(opinfo)
+        plain = run_all(watch, [None] * len(samples))
+        state["random"] = state["random"] or watch.random
+        baselines = [run_sample(opinfo, s, cpu, dtype, seed + i, p.cotangents, backward) for i, (s, p) in enumerate(zip(samples, plain))]
+        if state["random"] or not values_judged:
+            references = baselines
+            health = [{p: None for p in ("forward", "backward", "inplace", "out")} for _ in samples]
+        else:
+            references = [run_sample(opinfo, s, reference, dtype, seed + i, b.cotangents, backward) for i, (s, b) in enumerate(zip(samples, baselines))]
+            health = [baseline_health(r, b, dtype) for r, b in zip(references, baselines)]
+        state.update(baselines=baselines, references=references, health=health)
+        exact_rng = state["random"] and fl.backing == "cpu"  # the host's flagos generator is the CPU's
+        case.op = main_overload(opinfo, watch.seen)
+        verdicts = judge(plain, baselines, baselines if exact_rng else None)
+        _conclude(case, verdicts, watch.problems)
+        plain_problems = watch.problems + [f"sample {i}: {p}" for i, v in enumerate(verdicts) for p in v.problems]
+    if "health" not in state:
+        return  # the plain case failed before its references existed (its message says why)
+    shape_sources = [p if p.forward.error is None else b for p, b in zip(plain, baselines)]
+    cotangents = [b.cotangents for b in baselines]
+
+    # 3. each reached overload forced onto each of its other candidate paths
+    for op, overload in watch.seen.items():
+        for path in fl.candidates(op):
+            if path == "native" or not fl.implements(op, path) or not_forced(op, overload, path):
+                continue
+            case_id = f"{base_id}/{path}/{op}"
+            if fl.done(case_id):
+                continue
+            with fl.case(case_id, SUITE, op=op, dtype=_gate_dtype(watch, op, dtype), path=path) as case:
+                focused = Watch(focus={op})
+                with fl.forced(op, path):
+                    runs = run_all(focused, cotangents)
+                if op not in focused.seen:
+                    case.notes.append("not reached when forced")
+                _conclude(case, judge(runs, shape_sources, None), focused.problems, like_native=plain_problems)

@@ -1,0 +1,92 @@
+"""The Markdown summary written next to the record: pass rates per suite and path, and the failures."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch_fl.conformance.recordfile import STATUSES
+
+MAX_LISTED = 100
+
+
+def summary_path(record: Path) -> Path:
+    """`torch-2.13.json` -> `torch-2.13.md`."""
+    return record.with_suffix(".md")
+
+
+def _pct(rate: float | None) -> str:
+    return "-" if rate is None else f"{100 * rate:.1f}%"
+
+
+def _table(title: str, rows: dict[str, dict[str, Any]]) -> list[str]:
+    lines = [f"### {title}", "", "| | " + " | ".join(STATUSES) + " | total | pass rate |", "|---" * (len(STATUSES) + 3) + "|"]
+    for name, row in rows.items():
+        lines.append(f"| {name} | " + " | ".join(str(row.get(s, 0)) for s in STATUSES) + f" | {row['total']} | {_pct(row['pass_rate'])} |")
+    return lines + [""]
+
+
+def _cell(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def render(record: dict[str, Any]) -> str:
+    s = record["summary"]
+    machine = record.get("machine", {})
+    selection = machine.get("selection", {})
+    crit = s["ops_criterion"]
+    lines = [
+        f"# Conformance: {record['platform']} on torch {record['torch_version']}",
+        "",
+        f"- record: `{record['platform']}` descriptor `{record['descriptor_hash'][:19]}...`, torch line {record['torch']}",
+        f"- kernel libraries: {', '.join(f'{k} {v}' for k, v in record['kernel_libraries'].items()) or 'none declared'}",
+        f"- started {record['started']}, finished {record['finished'] or '-'}; complete: **{'yes' if record['complete'] else 'no'}**",
+        f"- machine: {machine.get('hostname', '?')}, {machine.get('cpu_count', '?')} CPUs, "
+        f"{machine.get('workers', '?')} workers, backing {machine.get('backing', '?')}"
+        + (f", {machine['device']}" if machine.get("device") else ""),
+        f"- selection: suites {', '.join(selection.get('suites', [])) or 'all'}; paths {', '.join(selection.get('paths', [])) or 'all'}"
+        + (f"; -k `{selection['k']}`" if selection.get("k") else "")
+        + f"; {selection.get('samples', '?')} samples per op and dtype",
+    ]
+    if s.get("wall_s") is not None:
+        lines.append(f"- wall time: {s['wall_s']:.0f} s")
+    lines += [
+        "",
+        "## Criterion",
+        "",
+        f"Of the ops cases whose CPU baseline (same sample, same dtype, on plain CPU) meets the float64 reference, "
+        f"**{_pct(crit['rate'])}** pass on flagos ({crit['passed']} of {crit['judged']}; target {_pct(crit['target'])}). "
+        f"{crit['baseline_skipped']} cases were skipped because the CPU itself misses the reference.",
+        "",
+        "## Pass rates",
+        "",
+        *_table("By suite", s["by_suite"]),
+        *_table("By path", s["by_path"]),
+        "## Failures",
+        "",
+    ]
+    failures = s.get("failures", [])
+    if not failures:
+        lines.append("None.")
+    else:
+        lines += [
+            f"{s['distinct_failures']} distinct failures (cases with the same fingerprint are counted together).",
+            "",
+            "| status | op | cases | example | message |",
+            "|---|---|---|---|---|",
+        ]
+        for f in failures[:MAX_LISTED]:
+            lines.append(
+                f"| {f['status']} | {_cell(f['op'] or '-', 60)} | {f['count']} | `{_cell(f['example'], 120)}` | {_cell(f['message'])} |"
+            )
+        if len(failures) > MAX_LISTED:
+            lines.append(f"\n... and {len(failures) - MAX_LISTED} more in the record's summary.failures.")
+    return "\n".join(lines) + "\n"
+
+
+def write(record_file: Path, record: dict[str, Any]) -> Path:
+    path = summary_path(record_file)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(render(record))
+    tmp.replace(path)
+    return path
