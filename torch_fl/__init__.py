@@ -14,12 +14,19 @@ import sys
 from typing import Any
 
 
+def _invoked_as_cli() -> bool:
+    return os.path.basename(sys.argv[0] if sys.argv else "") == "torch-fl"
+
+
 def _autoload() -> None:
     """PyTorch's device-backend autoload entry point (group `torch.backends`).
 
     Defined before anything imports torch: when `import torch_fl` comes first, torch's own import
-    calls this while torch_fl is still half-imported.
+    calls this while torch_fl is still half-imported. The `torch-fl` command activates the
+    platform it is asked about itself, so its own `import torch` activates nothing.
     """
+    if _invoked_as_cli():
+        return
     from torch_fl.activation import autoload
 
     autoload()
@@ -42,10 +49,6 @@ def __getattr__(name: str) -> Any:
         module, attribute = _LAZY[name]
         return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'torch_fl' has no attribute {name!r}")
-
-
-def _invoked_as_cli() -> bool:
-    return os.path.basename(sys.argv[0] if sys.argv else "") == "torch-fl"
 
 
 if not _invoked_as_cli():

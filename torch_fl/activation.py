@@ -77,7 +77,7 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
     import torch
 
     from torch_fl import runtime
-    from torch_fl.routing.router import install as install_routes
+    from torch_fl.routing.runtime import install as install_routes
 
     descriptors, broken = load_all()
     if name is not None:

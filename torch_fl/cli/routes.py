@@ -108,7 +108,7 @@ def explain(
 ) -> None:
     """Which route serves OP on platform NAME, and why (activates the platform)."""
     _activate(name, as_json)
-    from torch_fl.routing import explain as explain_op
+    from torch_fl.routing import explain as explain_op  # the function (the module is routing.explanation)
 
     try:
         result = explain_op(op)
@@ -128,7 +128,7 @@ def stats(
     active = _activate(name, as_json)
     from torch_fl.routing import reset_stats
     from torch_fl.routing import stats as route_stats
-    from torch_fl.routing.stats import as_dicts
+    from torch_fl.routing.counters import as_dicts
 
     step = workload_step(workload, active.descriptor.backing.device)
     reset_stats()
@@ -160,7 +160,7 @@ def tune(
     """Measure every validated candidate per op and shape bucket on WORKLOAD; write the winners."""
     active = _activate(name, as_json)
     from torch_fl.routing import table as route_table
-    from torch_fl.routing.router import router
+    from torch_fl.routing.runtime import router
     from torch_fl.routing.tuner import tune as run_tune
 
     backing = active.descriptor.backing.device

@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_map
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_fl.kernels.base import op_name
-from torch_fl.routing.router import C_PATHS, Router, forced
+from torch_fl.routing.runtime import C_PATHS, Router, forced
 from torch_fl.routing.table import Bucket, OpRoute, Provenance
 
 # FlagGems GEMMs autotune on the first call of every shape (about 30 s each on the H200): tuning

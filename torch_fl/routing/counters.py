@@ -13,7 +13,7 @@ class RouteCount:
 
 def route_stats() -> list[RouteCount]:
     """Every (op, path) that served at least one call since start (or the last reset)."""
-    from torch_fl.routing.router import router
+    from torch_fl.routing.runtime import router
     from torch_fl.runtime import core
 
     rows = [RouteCount(op, path, n) for (op, path), n in router().counts.items() if n]
@@ -26,7 +26,7 @@ def route_stats() -> list[RouteCount]:
 
 
 def reset_stats() -> None:
-    from torch_fl.routing.router import router
+    from torch_fl.routing.runtime import router
     from torch_fl.runtime import core
 
     router().counts.clear()

@@ -58,7 +58,7 @@ def normalize(op: str) -> str:
 def explain(op: str) -> Explanation:
     """Which candidates `op` has, where they come from, which the gate allows per dtype, what runs."""
     from torch_fl.kernels.base import resolve
-    from torch_fl.routing.router import router
+    from torch_fl.routing.runtime import router
 
     r = router()
     name = normalize(op)
