@@ -48,11 +48,24 @@ def _innermost_frame(trace: str) -> str | None:
     current = [b for b in blocks if b[0].startswith("Current thread")]
     running = [b for b in blocks if any("_pytest" in line or "pluggy" in line for line in b)]
     for block in current + running + blocks:
-        for line in block[1:]:
-            m = _FRAME.match(line)
-            if m:
-                return f"{Path(m['file']).name}:{m['line']} in {m['name']}"
+        frames = [m for m in map(_FRAME.match, block[1:]) if m]
+        if not frames:
+            continue
+        where = f"{Path(frames[0]['file']).name}:{frames[0]['line']} in {frames[0]['name']}"
+        # Name the kernel too when the innermost frame is library code (ctypes, torch).
+        own = next((m for m in frames if not _is_library(m["file"])), None)
+        if own is not None and own is not frames[0]:
+            where += f", called from {Path(own['file']).name}:{own['line']} in {own['name']}"
+        return where
     return None
+
+
+_OWN = (str(Path(__file__).resolve().parent) + "/", str(Path(__file__).resolve().parents[1] / "torch_fl") + "/")
+
+
+def _is_library(path: str) -> bool:
+    """Python's, torch's, torch_fl's or this suite's own code: not the kernel that failed."""
+    return "/site-packages/" in path or "/lib/python3" in path or path.startswith(_OWN)
 
 
 def _fatal_line(trace: str) -> str | None:

@@ -164,13 +164,17 @@ def run_sample(
     backward: bool,
     repeat: bool = False,
     quiet: Callable[[], Any] = contextlib.nullcontext,
+    parts: frozenset[str] | None = None,
+    on_part: Callable[[str], None] = lambda part: None,
 ) -> Run:
     """Run every part of `sample` on `variant`.
 
     `cotangents` (CPU tensors) drive the backward pass; None makes them (the baseline run does,
     and the other variants reuse `run.cotangents`). `quiet()` brackets the copying of inputs, so a
-    watching dispatch mode can tell it from the op under test.
+    watching dispatch mode can tell it from the op under test. `parts` limits the run to those
+    parts (the forward always runs: the others need it); `on_part(name)` is told which part starts.
     """
+    wanted = parts if parts is not None else frozenset(PARTS)
 
     def make() -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
         with quiet():
@@ -179,6 +183,7 @@ def run_sample(
     inp, args, kwargs = make()
     inputs = _tensors((inp, args, kwargs))
     run = Run(forward=Part(), inputs=inputs)
+    on_part("forward")
     try:
         with _seeded(seed):
             result = opinfo(inp, *args, **kwargs)
@@ -188,7 +193,8 @@ def run_sample(
         return run
     run.alias = compare.alias_pattern(run.forward.values, inputs)
 
-    if backward:
+    if backward and "backward" in wanted:
+        on_part("backward")
         run.backward = Part()
         try:
             processed = sample.output_process_fn_grad(result) if sample.output_process_fn_grad else result
@@ -211,6 +217,7 @@ def run_sample(
             run.backward.error = _error(exc)
 
     if repeat:
+        on_part("forward")
         # Twice more with the same seed: a kernel drawing from its own entropy rarely repeats
         # itself three times, even on the few elements a sample has.
         run.repeat = Part()
@@ -224,9 +231,16 @@ def run_sample(
         except Exception as exc:
             run.repeat.error = _error(exc)
 
-    if opinfo.inplace_variant is not None and isinstance(inp, torch.Tensor):
+    if opinfo.inplace_variant is not None and isinstance(inp, torch.Tensor) and "inplace" in wanted:
+        on_part("inplace")
         run.inplace = _run_inplace(opinfo, variant, make, seed)
-    if opinfo.supports_out and run.forward.values and all(isinstance(v, torch.Tensor) for v in run.forward.values):
+    if (
+        opinfo.supports_out
+        and "out" in wanted
+        and run.forward.values
+        and all(isinstance(v, torch.Tensor) for v in run.forward.values)
+    ):
+        on_part("out")
         run.out = _run_out(opinfo, make, run.forward.values, isinstance(result, torch.Tensor), seed, quiet)
     return run
 

@@ -68,7 +68,13 @@ class Watch(TorchDispatchMode):
         self.problems: list[str] = []
         self.dtypes: dict[str, set[str]] = {}
         self.random = False
+        self.part = "forward"
+        self.parts: dict[str, set[str]] = {}
         self._paused = 0
+
+    def set_part(self, part: str) -> None:
+        """Which part of a run (forward, backward, inplace, out) the next ops belong to."""
+        self.part = part
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -95,6 +101,7 @@ class Watch(TorchDispatchMode):
                 self.random = True
             if name not in self.seen:
                 self.seen[name] = func
+            self.parts.setdefault(name, set()).add(self.part)
             dtype = _first_dtype(args)
             if dtype is not None:
                 self.dtypes.setdefault(name, set()).add(dtype)

@@ -200,10 +200,11 @@ def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
     values_judged = name not in UNINITIALIZED
     state: dict[str, Any] = {}
 
-    def run_all(watch: Watch, cotangents: list[Any]) -> list[Run]:
+    def run_all(watch: Watch, cotangents: list[Any], parts: frozenset[str] | None = None) -> list[Run]:
         with watch:
             return [
-                run_sample(opinfo, s, flagos, dtype, seed + i, cotangents[i], backward, repeat=state["random"], quiet=watch.paused)
+                run_sample(opinfo, s, flagos, dtype, seed + i, cotangents[i], backward, repeat=state["random"],
+                           quiet=watch.paused, parts=parts, on_part=watch.set_part)
                 for i, s in enumerate(samples)
             ]
 
@@ -254,8 +255,9 @@ def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
                 continue
             with fl.case(case_id, SUITE, op=op, dtype=_gate_dtype(watch, op, dtype), path=path) as case:
                 focused = Watch(focus={op})
+                # Only the parts that reached the op (the forward always runs): the others are the plain run's.
                 with fl.forced(op, path):
-                    runs = run_all(focused, cotangents)
+                    runs = run_all(focused, cotangents, frozenset(watch.parts.get(op, ())))
                 if op not in focused.seen:
                     case.notes.append("not reached when forced")
                 _conclude(case, judge(runs, shape_sources, None), focused.problems, like_native=plain_problems)

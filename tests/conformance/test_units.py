@@ -1,0 +1,145 @@
+"""The suite's building blocks, without running it: comparison, journal, record, crash reports."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from torch_fl.conformance import compare, crash, journal, recordfile, summary
+from torch_fl.conformance.fingerprint import fingerprint
+from torch_fl.conformance.recorder import inflight_path
+from torch_fl.platform.record import Record
+
+
+# ---- comparison
+def test_tolerances_follow_flaggems() -> None:
+    assert compare.tolerances(torch.float16) == (1e-3, 1e-4)
+    assert compare.tolerances(torch.bfloat16, reduce=10) == (1.6e-2, 1e-3)
+    assert compare.tolerances(torch.float32)[0] == 1.3e-6
+    assert compare.tolerances(torch.int32) is None
+
+
+def test_compare_tensor_values_nan_and_integers() -> None:
+    ref = torch.tensor([1.0, 2.0, float("nan"), float("inf")], dtype=torch.float64)
+    assert compare.compare_tensor(ref.to(torch.float16), ref, torch.float16) is None
+    off = ref.clone()
+    off[1] = 2.01
+    assert "1/4 elements differ" in compare.compare_tensor(off.to(torch.float16), ref, torch.float16)
+    moved_nan = torch.tensor([1.0, float("nan"), 3.0, float("inf")])
+    assert compare.compare_tensor(moved_nan, ref, torch.float32) is not None
+    assert compare.compare_tensor(torch.tensor([1, 2]), torch.tensor([1, 3]), torch.int64).startswith("1/2")
+
+
+def test_metadata_checks_strides_of_dense_results_only() -> None:
+    row = torch.zeros(3, 4)
+    col = torch.zeros(4, 3).t()
+    assert compare.compare_metadata(col, row) == [f"strides {col.stride()}, expected {row.stride()}"]
+    assert compare.compare_metadata(row, row.expand(3, 4)) == []  # an expanded result has no defined layout to match
+    assert "dtype" in compare.compare_metadata(row.double(), row)[0]
+
+
+def test_alias_patterns() -> None:
+    x = torch.zeros(4)
+    assert compare.alias_pattern([x[1:], torch.zeros(2)], [x]) == {(0, 0)}
+    assert compare.compare_alias_patterns({(0, 0)}, set()) == ["output 0 shares storage with input 0, which PyTorch's kernel does not"]
+    assert "copy" in compare.compare_alias_patterns(set(), {(0, 0)})[0]
+
+
+# ---- fingerprints
+def test_fingerprint_ignores_numbers_and_dtypes_but_not_the_op() -> None:
+    a = fingerprint("failed", "aten::mul.Tensor", "sample 0: 3/20 elements differ: got 1.5 float16")
+    b = fingerprint("failed", "aten::mul.Tensor", "sample 1: 7/40 elements differ: got -2.25 bfloat16")
+    assert a == b and len(a) == 12
+    assert a != fingerprint("failed", "aten::add.Tensor", "sample 0: 3/20 elements differ: got 1.5 float16")
+    assert a != fingerprint("crashed", "aten::mul.Tensor", "sample 0: 3/20 elements differ: got 1.5 float16")
+
+
+# ---- journal
+def test_journal_reader_is_incremental_and_skips_a_torn_line(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    journal.start(path, {"platform": "p"})
+    reader = journal.Reader(path)
+    assert [e["kind"] for e in reader.new()] == ["run"]
+    journal.append(path, {"kind": "case", "id": "a"})
+    with open(path, "a") as f:
+        f.write('{"kind": "case", "id": "torn')  # a crash mid-write
+    assert [e["id"] for e in reader.new()] == ["a"]
+    assert reader.new() == []
+    assert journal.header(path)["platform"] == "p"
+
+
+# ---- record
+def _entry(case_id: str, status: str, suite: str = "ops", path: str | None = "native", message: str = "") -> dict:
+    return {"kind": "case", "id": case_id, "suite": suite, "op": "aten::mm", "dtype": "float32", "path": path,
+            "status": status, "message": message, "fingerprint": None if status == "passed" else "abc", "duration_s": 0.1}
+
+
+def test_record_has_the_loader_fields_and_keeps_the_last_entry_of_a_case(tmp_path: Path) -> None:
+    collector = recordfile.Collector()
+    header = {"kind": "run", "platform": "p", "descriptor_hash": "sha256:x", "torch": "2.13", "torch_version": "2.13.0",
+              "kernel_libraries": {}, "started": "now", "machine": {"workers": 2}, "selection": {"k": "mm"}}
+    collector.feed([header, _entry("ops/a", "crashed"), _entry("ops/a", "passed"), _entry("ops/b", "failed", message="bad"),
+                    _entry("ops/c", "skipped", message="baseline: cpu misses it"), _entry("amp/d", "passed", "amp", None)])
+    record = recordfile.build(collector, complete=True, finished="later")
+    Record.model_validate(record)
+    assert [c["id"] for c in record["cases"]] == ["amp/d", "ops/a", "ops/b", "ops/c"]
+    s = record["summary"]
+    assert s["by_status"] == {"passed": 2, "failed": 1, "skipped": 1}
+    assert s["ops_criterion"]["judged"] == 2 and s["ops_criterion"]["rate"] == 0.5 and s["ops_criterion"]["baseline_skipped"] == 1
+    assert record["machine"]["selection"] == {"k": "mm"}
+    target = tmp_path / "records" / "torch-2.13.json"
+    recordfile.write(target, record)
+    assert json.loads(target.read_text()) == record
+    text = summary.render(record)
+    assert "| ops | 1 | 1 |" in text and "## Failures" in text and "`ops/b`" in text
+
+
+# ---- crash reports
+def _marker(run_dir: Path, worker: str, trace: str, started_ago: float, timeout: float) -> None:
+    (run_dir / "inflight").mkdir(parents=True)
+    trace_file = run_dir / "inflight" / f"{worker}.trace"
+    trace_file.write_text(trace)
+    inflight_path(run_dir, worker).write_text(json.dumps({
+        "item": "ops.py::test_op[x]", "case": {"id": "ops/x/float32/vendor/aten::x", "suite": "ops", "op": "aten::x",
+                                               "dtype": "float32", "path": "vendor"},
+        "item_level": False, "started": time.time() - started_ago, "timeout": timeout, "trace": str(trace_file),
+        "trace_offset": 0,
+    }))
+
+
+def test_crash_report_names_the_fault_and_the_kernel(tmp_path: Path) -> None:
+    trace = (
+        "Fatal Python error: Segmentation fault\n\nThread 0x01 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 331 in wait\n\n'
+        "Current thread 0x02 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at\n'
+        '  File "/chips/acme/kernels.py", line 12 in abs_kernel\n'
+    )
+    _marker(tmp_path, "gw0", trace, started_ago=0.5, timeout=60)
+    entry = crash.diagnose(tmp_path, "gw0", "ops.py::test_op[x]")
+    assert entry["status"] == "crashed" and entry["op"] == "aten::x"
+    assert "Segmentation fault" in entry["message"] and "kernels.py:12 in abs_kernel" in entry["message"]
+    assert crash.diagnose(tmp_path, "gw0", "ops.py::test_op[x]") is None  # the marker is consumed
+
+
+def test_timeout_report(tmp_path: Path) -> None:
+    trace = "Timeout (0:00:05)!\nThread 0x01 (most recent call first):\n" \
+            '  File "/chips/acme/kernels.py", line 3 in hang\n  File "/x/_pytest/runner.py", line 1 in call\n'
+    _marker(tmp_path, "gw1", trace, started_ago=6, timeout=5)
+    entry = crash.diagnose(tmp_path, "gw1", "ops.py::test_op[x]")
+    assert entry["status"] == "timeout" and "5 s" in entry["message"] and "kernels.py:3 in hang" in entry["message"]
+
+
+# ---- command line
+def test_bad_selection_is_refused_before_anything_runs() -> None:
+    from torch_fl.conformance.runner import RunOptions, validate
+
+    with pytest.raises(ValueError, match="unknown suite"):
+        validate(RunOptions("host_ref", suites=["opz"]))
+    with pytest.raises(ValueError, match="paths"):
+        validate(RunOptions("host_ref", paths=["gpu"]))
+    with pytest.raises(ValueError, match=">= 1"):
+        validate(RunOptions("host_ref", workers="0"))
