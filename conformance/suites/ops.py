@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import torch
 
+from torch_fl.conformance import compare
 from torch_fl.conformance.fingerprint import normalize
 from torch_fl.conformance.opcheck import Run, Variant, Verdict, baseline_health, evaluate, run_sample, seed_all, summarize
 from torch_fl.conformance.opdb import full_name, op_db
@@ -261,3 +262,75 @@ def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
                 if op not in focused.seen:
                     case.notes.append("not reached when forced")
                 _conclude(case, judge(runs, shape_sources, None), focused.problems, like_native=plain_problems)
+
+
+# ---- FP8 by emulation: OpInfo has no FP8 samples, so the emulated path's two ops get their own.
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+# Values around each format's limits: saturation and overflow (448/464, 57344/61440), rounding ties,
+# subnormals, signed zero, infinities and NaN.
+FP8_EDGES = [0.0, -0.0, 1.0, -1.5, 0.1, 240.0, 448.0, 464.0, 500.0, 57344.0, 61440.0, 1e6, 2**-9, 2**-16, 2**-17,
+             3 * 2**-10, float("inf"), float("-inf"), float("nan")]
+
+
+def _emulates_fp8(config: pytest.Config) -> bool:
+    worker = config.pluginmanager.get_plugin("fl-worker")
+    emulated = worker.session.descriptor.kernels.emulated if worker is not None else None
+    return bool(emulated is not None and emulated.fp8)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """FP8 items exist only where the platform declares FP8 emulation."""
+    if not _emulates_fp8(config):
+        items[:] = [i for i in items if not i.name.startswith("test_fp8_emulated")]
+
+
+def _same_bits(got: torch.Tensor, expected: torch.Tensor) -> str | None:
+    g, e = got.cpu().view(torch.uint8), expected.view(torch.uint8)
+    nan_g, nan_e = torch.isnan(got.cpu().float()), torch.isnan(expected.float())
+    if not torch.equal(nan_g, nan_e):
+        return f"NaN at {nan_g.nonzero().flatten().tolist()}, PyTorch has it at {nan_e.nonzero().flatten().tolist()}"
+    bad = (g != e) & ~nan_e
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        return f"{int(bad.sum())} of {bad.numel()} values differ from PyTorch's CPU conversion, first at {i}: bits {int(g[i])}, expected {int(e[i])}"
+    return None
+
+
+@pytest.mark.parametrize("fp8", FP8_DTYPES)
+def test_fp8_emulated(fp8: str, fl: Any) -> None:
+    fl.own_cases()
+    if not fl.selected("emulated"):
+        pytest.skip("the emulated path is not selected")
+    dtype = getattr(torch, fp8)
+    g = torch.Generator().manual_seed(8)
+    x = torch.cat([torch.tensor(FP8_EDGES), -torch.tensor(FP8_EDGES), torch.randn(200, generator=g) * 30])
+    expected = x.to(dtype)
+    to_id, from_id, mm_id = (f"{SUITE}/fp8/{fp8}/emulated/{op}" for op in ("to", "from", "aten::_scaled_mm"))
+    if not fl.done(to_id):
+        with fl.case(to_id, SUITE, op="aten::_to_copy", dtype="float32", path="emulated") as case:
+            with fl.forced("aten::_to_copy", "emulated"):
+                got = x.to("flagos").to(dtype)
+            assert got.device.type == "flagos" and got.dtype == dtype, f"got {got.dtype} on {got.device}"
+            why = _same_bits(got, expected)
+            if why:
+                case.fail(f"float32 -> {fp8}: {why}")
+    if not fl.done(from_id):
+        with fl.case(from_id, SUITE, op="aten::_to_copy", dtype=fp8, path="emulated") as case:
+            with fl.forced("aten::_to_copy", "emulated"):
+                back = expected.to("flagos").to(torch.float32).cpu()
+            why = compare.compare_tensor(back, expected.to(torch.float32), torch.float32)
+            if why:
+                case.fail(f"{fp8} -> float32: {why}")
+    if not fl.done(mm_id):
+        with fl.case(mm_id, SUITE, op="aten::_scaled_mm", dtype=fp8, path="emulated") as case:
+            a = (torch.randn(16, 32, generator=g) * 2).to(dtype)
+            b = (torch.randn(8, 32, generator=g) * 2).to(dtype).t()  # column-major, as _scaled_mm wants mat2
+            scale_a, scale_b = torch.tensor(0.5), torch.tensor(2.0)
+            reference = (a.float() * 0.5) @ (b.float() * 2.0)
+            with fl.forced("aten::_scaled_mm", "emulated"):
+                out = torch._scaled_mm(a.to("flagos"), b.to("flagos"), scale_a=scale_a.to("flagos"),
+                                       scale_b=scale_b.to("flagos"), out_dtype=torch.float32)
+            assert out.device.type == "flagos" and out.dtype == torch.float32, f"got {out.dtype} on {out.device}"
+            why = compare.compare_tensor(out, reference, torch.float32, reduce=32)
+            if why:
+                case.fail(f"_scaled_mm({fp8}): {why}")
