@@ -1,1 +1,23 @@
-"""Conformance suite: a pytest plugin and its suites; writes the record the loader reads."""
+"""Conformance suite: a pytest plugin and its suites; writes the record the loader reads.
+
+`torch-fl conformance run NAME` (torch_fl/cli/conformance.py) -> `runner.run()` starts pytest with
+pytest-xdist workers and `plugin`:
+
+- runner.py      builds the pytest command and environment, runs it, reads the record back
+- plugin.py      pytest hooks: the controller (journal, crash handling, merging, progress, summary)
+                 and the worker (item -> case(s), the `fl` fixture)
+- session.py     what a suite sees: the platform under test, candidates per op, forcing, cases
+- recorder.py    worker side: journals cases, in-flight markers, the faulthandler watchdog
+- crash.py       controller side: a dead worker's marker and trace -> a `crashed`/`timeout` case
+- journal.py     the JSONL journal (append, incremental read, resume)
+- recordfile.py  journal entries -> the record JSON (validated against the loader's model)
+- summary.py     the Markdown summary next to the record
+- progress.py    progress on stderr
+- fingerprint.py failure fingerprints (dedup)
+- compare.py     tolerances, values, metadata, aliasing
+- opcheck.py     one OpInfo sample on one variant (reference, CPU baseline, flagos), and its verdict
+- watch.py       the dispatch mode that finds reached overloads and checks their schema contract
+- opdb.py        PyTorch's OpInfo database (with a stand-in for its test-only import)
+- launch.py, dist_worker.py, tinylm.py: extra processes (distributed ranks, the reference model run)
+- suites/        ops, amp, rng, ddp, fsdp2, compile, profiler, model
+"""

@@ -23,9 +23,17 @@ def world_size() -> int:
     return max(1, min(2, torch.flagos.device_count()))
 
 
+def require(fl: Any, feature: str) -> None:
+    """Skip unless the descriptor claims `feature` (a claim not made is not checked)."""
+    distributed = fl.descriptor.capabilities.distributed
+    if distributed.backend == "none" or feature not in distributed.features:
+        pytest.skip(f"the platform does not claim distributed feature {feature!r}")
+
+
 @pytest.fixture(scope="module")
 def ranks(fl: Any) -> list[dict[str, Any]] | str:
     """The ranks' results, or why they could not be had (reported by each check as its failure)."""
+    require(fl, SUITE)
     try:
         return run_ranks("torch_fl.conformance.dist_worker", SUITE, world_size(), TIMEOUT_S)
     except AssertionError as exc:
