@@ -90,6 +90,8 @@ def diagnose(run_dir: Path, worker: str, nodeid: str) -> dict[str, Any] | None:
     path.unlink(missing_ok=True)
     if not marker or marker.get("item") != nodeid:
         return None
+    if marker.get("restart"):
+        return {"kind": "restart", "item": nodeid}  # ended itself after a sticky device error
     trace = _trace_text(marker)
     elapsed = time.time() - float(marker.get("started", time.time()))
     limit = float(marker.get("timeout", 0) or 0)

@@ -194,7 +194,8 @@ class Controller:
             from torch_fl.conformance.fingerprint import fingerprint
 
             entry["fingerprint"] = fingerprint("crashed", None, message)
-        journal.append(self.journal_file, entry)
+        if entry["kind"] != "restart":
+            journal.append(self.journal_file, entry)
         if entry.get("item_level"):
             return  # died outside the finer cases: a re-run would die the same way
         self.reruns[crashitem] += 1

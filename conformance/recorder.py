@@ -28,6 +28,13 @@ from torch_fl.conformance import journal
 from torch_fl.conformance.fingerprint import fingerprint
 
 
+# Errors after which a CUDA context is unusable: every later case in the process would fail too.
+STICKY_ERRORS = (
+    "illegal memory access", "device-side assert", "unspecified launch failure", "misaligned address",
+    "CUDA error: an illegal instruction", "CUBLAS_STATUS_EXECUTION_FAILED", "uncorrectable ECC error",
+)
+
+
 def inflight_path(run_dir: Path, worker: str) -> Path:
     """The in-flight marker of one worker (rewritten in place before each case)."""
     return run_dir / "inflight" / f"{worker}.json"
@@ -198,3 +205,15 @@ class Recorder:
             if self.item_case is not None:
                 self._mark(self.item_case, self.item_limit, item_level=True)
         self.write(case)
+        if case.status == "failed" and any(s in case.message for s in STICKY_ERRORS):
+            self.restart()
+
+    def restart(self) -> None:
+        """End this worker after a device error that poisons the process; the controller re-queues
+        the item, whose next run skips the cases already journaled."""
+        assert self.item is not None
+        data = json.dumps({"item": self.item, "restart": True}).encode()
+        os.pwrite(self._marker, data, 0)
+        os.ftruncate(self._marker, len(data))
+        self._trace.flush()
+        os._exit(3)

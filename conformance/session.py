@@ -83,6 +83,13 @@ class Session:
         with forced(op, path):
             yield
 
+    def synchronize(self) -> None:
+        """Wait for queued device work, so an asynchronous kernel error surfaces in its own case."""
+        import torch
+
+        if self.backing != "cpu":
+            torch.flagos.synchronize()
+
     # ---- cases
     def done(self, case_id: str) -> bool:
         return self.recorder.is_done(case_id)

@@ -203,11 +203,13 @@ def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
 
     def run_all(watch: Watch, cotangents: list[Any], parts: frozenset[str] | None = None) -> list[Run]:
         with watch:
-            return [
+            runs = [
                 run_sample(opinfo, s, flagos, dtype, seed + i, cotangents[i], backward, repeat=state["random"],
                            quiet=watch.paused, parts=parts, on_part=watch.set_part)
                 for i, s in enumerate(samples)
             ]
+        fl.synchronize()
+        return runs
 
     def judge(runs: list[Run], shape_sources: list[Run], values_from: list[Run] | None) -> list[Verdict]:
         verdicts = []

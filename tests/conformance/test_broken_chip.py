@@ -17,7 +17,7 @@ import pytest
 from conformance_helpers import FIXTURES, cases_by_id, conformance, run_env
 
 ITEMS = ["abs-float32", "exp-float32", "mul-float16", "mul-float32", "sin-float32", "sub-float32",
-         "bernoulli-float32", "nn.functional.relu-float32"]
+         "bernoulli-float32", "nn.functional.relu-float32", "cos-float32"]
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +90,14 @@ def test_ignored_out(broken_run):
 def test_nondeterministic_random_op(broken_run):
     case = _case(broken_run, "bernoulli-float32", "aten::bernoulli")
     assert case["status"] == "failed" and "not reproducible" in case["message"], case
+
+
+def test_device_poisoning_error_fails_its_case_and_the_item_goes_on(broken_run):
+    case = _case(broken_run, "cos-float32", "aten::cos")
+    assert case["status"] == "failed" and "illegal memory access" in case["message"], case
+    # the worker ended itself after journaling that case; the re-queued item finished in a fresh one
+    later = [c for i, c in broken_run["cases"].items() if i.startswith("ops/cos/float32/vendor/") and i != case["id"]]
+    assert later and all(c["status"] in ("passed", "skipped") for c in later), later
 
 
 def test_correct_kernel_passes(broken_run):
