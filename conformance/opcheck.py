@@ -9,12 +9,12 @@ aliasing), and checks the in-place and `out=` contracts (same object, same stora
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
-
 from torch_fl.conformance import compare
 
 PARTS = ("forward", "backward", "inplace", "out")

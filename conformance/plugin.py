@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from torch_fl.conformance import crash, journal, recordfile, summary
 from torch_fl.conformance.progress import Progress
 from torch_fl.conformance.recorder import CaseInfo, Recorder
@@ -92,7 +91,11 @@ class Controller:
 
     def __init__(self, config: pytest.Config, distributed: bool) -> None:
         from torch_fl.platform.discovery import load_platform
-        from torch_fl.platform.record import descriptor_hash, installed_kernel_versions, installed_version
+        from torch_fl.platform.record import (
+            descriptor_hash,
+            installed_kernel_versions,
+            installed_version,
+        )
         from torch_fl.platform.versions import minor_line
 
         self.config = config

@@ -23,10 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from torch_fl.conformance import journal
 from torch_fl.conformance.fingerprint import fingerprint
-
 
 # Errors after which a CUDA context is unusable: every later case in the process would fail too.
 STICKY_ERRORS = (

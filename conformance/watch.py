@@ -11,12 +11,16 @@ kernel must honour whatever path serves it, from the op's schema:
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes, _get_current_dispatch_mode
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    _disable_current_modes,
+    _get_current_dispatch_mode,
+)
 from torch.utils._pytree import tree_flatten
-
 from torch_fl.conformance.compare import overlaps, storage_key
 
 

@@ -7,7 +7,8 @@ autocast mm must equal the same mm done in the lower precision by hand.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -61,7 +62,6 @@ def test_autocast_dtype(name: str, dtype: str, fl: Any) -> None:
 
 def _by_hand(name: str, lower: torch.dtype) -> torch.Tensor:
     """The lower-precision result computed on the CPU from the same inputs cast by hand."""
-    op, run, _ = CASES[name]
     with torch.no_grad():
         args = {"mm": ((8, 16), (16, 4)), "linear": ((4, 16), (8, 16), (8,)), "conv2d": ((1, 3, 8, 8), (4, 3, 3, 3)),
                 "bmm": ((2, 4, 8), (2, 8, 3))}[name]

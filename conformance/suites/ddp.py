@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from torch_fl.conformance.launch import run_ranks
 
 SUITE = "ddp"

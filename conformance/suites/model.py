@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from torch_fl.conformance import tinylm
 from torch_fl.conformance.launch import run_script
 

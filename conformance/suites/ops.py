@@ -30,10 +30,18 @@ from typing import Any
 
 import pytest
 import torch
-
 from torch_fl.conformance import compare
 from torch_fl.conformance.fingerprint import normalize
-from torch_fl.conformance.opcheck import Run, Variant, Verdict, baseline_health, evaluate, run_sample, seed_all, summarize
+from torch_fl.conformance.opcheck import (
+    Run,
+    Variant,
+    Verdict,
+    baseline_health,
+    evaluate,
+    run_sample,
+    seed_all,
+    summarize,
+)
 from torch_fl.conformance.opdb import full_name, op_db
 from torch_fl.conformance.recorder import CaseInfo
 from torch_fl.conformance.watch import SCHEMA_ALIAS_EXEMPT, Watch

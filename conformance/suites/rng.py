@@ -7,7 +7,8 @@ zeros, a fixed value, the wrong scale) fails at once; the seeds are fixed, so ru
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

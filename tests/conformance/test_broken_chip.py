@@ -8,12 +8,10 @@ enable exactly the vendor routes whose cases all passed.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conformance_helpers import FIXTURES, cases_by_id, conformance, run_env
 
 ITEMS = ["abs-float32", "exp-float32", "mul-float16", "mul-float32", "sin-float32", "sub-float32",

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from torch_fl.conformance import compare, crash, journal, recordfile, summary
 from torch_fl.conformance.fingerprint import fingerprint
 from torch_fl.conformance.recorder import inflight_path
+
 from torch_fl.platform.record import Record
 
 
