@@ -21,6 +21,8 @@ from torch.utils._python_dispatch import (
     _get_current_dispatch_mode,
 )
 from torch.utils._pytree import tree_flatten
+
+from torch_fl.routing.constraints import SCHEMA_ALIAS_EXEMPT
 from torch_fl.conformance.compare import overlaps, storage_key
 
 
@@ -40,12 +42,6 @@ def _touches_flagos(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         if _is_flagos(x) or (isinstance(x, torch.device) and x.type == "flagos"):
             return True
     return False
-
-
-# Overloads whose schema declares a fresh result but whose kernels return a view by design.
-SCHEMA_ALIAS_EXEMPT = frozenset(
-    {"aten::_unsafe_view", "aten::unsafe_split.Tensor", "aten::unsafe_split_with_sizes", "aten::unsafe_chunk"}
-)
 
 
 def _first_dtype(args: tuple[Any, ...]) -> str | None:

@@ -44,7 +44,8 @@ from torch_fl.conformance.opcheck import (
 )
 from torch_fl.conformance.opdb import full_name, op_db
 from torch_fl.conformance.recorder import CaseInfo
-from torch_fl.conformance.watch import SCHEMA_ALIAS_EXEMPT, Watch
+from torch_fl.conformance.watch import Watch
+from torch_fl.routing.constraints import refusal
 
 SUITE = "ops"
 
@@ -63,32 +64,9 @@ EXCLUDED: dict[str, str] = {
 # Values of these are uninitialised memory: only dtype, shape, strides and aliasing are judged.
 UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"})
 
-# Overloads the C++ core itself serves on PrivateUse1 (structural.cpp): allocation, views, copies
-# across devices. A Python route there would replace the device's own structure, so none is forced.
-CORE_STRUCTURAL = frozenset(
-    "aten::" + name
-    for name in """empty.memory_format empty_strided as_strided view _reshape_alias unfold view_as_real
-    view_as_complex is_set_to resize_ _copy_from _copy_from_and_resize _local_scalar_dense set_
-    set_.source_Tensor set_.source_Storage set_.source_Storage_storage_offset record_stream""".split()
-)
-# The cpu path moves arguments with these very ops: forcing them onto it would recurse.
-CPU_PATH_TRANSFERS = frozenset({"aten::_to_copy", "aten::copy_", "aten::clone", "aten::empty_like"})
-
-
 def not_forced(op: str, overload: torch._ops.OpOverload, path: str) -> str | None:
-    """Why `op` is never forced onto `path` (None: it is)."""
-    if op in CORE_STRUCTURAL:
-        return "served by the C++ core's structural kernels"
-    if op in SCHEMA_ALIAS_EXEMPT:
-        return "a view in practice (its schema does not say so): only the native path keeps it one"
-    returns = overload._schema.returns
-    if any(r.alias_info is not None and not r.alias_info.is_write for r in returns):
-        return "a view: it must share its input's storage, which only the native path does"
-    if torch.Tag.inplace_view in overload.tags:
-        return "changes its input's sizes and strides in place (transpose_, squeeze_...): only the native path can"
-    if path == "cpu" and op in CPU_PATH_TRANSFERS:
-        return "the cpu path transfers with this op itself"
-    return None
+    """Why `op` is never forced onto `path` (None: it is): the router's own refusals."""
+    return refusal(op, path)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -39,13 +39,13 @@ class CpuKernels:
 
         args, kwargs = tree_map(down, (args, kwargs))
         result = op(*args, **kwargs)
-        # Arguments the op wrote to (in-place, out=) get the host values back.
+        # Arguments the op wrote to (in-place, out=, out= lists) get the host values back.
         for argument, value in zip(op._schema.arguments, _bound(op, args, kwargs)):
-            if argument.alias_info is not None and argument.alias_info.is_write and id(value) in pairs:
-                original = pairs[id(value)]
-                if original.shape != value.shape:
-                    original.resize_(value.shape)
-                original.copy_(value)
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            for host in value if isinstance(value, (list, tuple)) else (value,):
+                if id(host) in pairs:
+                    _copy_back(host, pairs[id(host)])
 
         def up(x: Any) -> Any:
             if isinstance(x, torch.Tensor) and x.device.type == "cpu":
@@ -54,6 +54,16 @@ class CpuKernels:
             return x
 
         return tree_map(up, result)
+
+
+def _copy_back(host: torch.Tensor, original: torch.Tensor) -> None:
+    """An out= the kernel resized takes the kernel's geometry, as it would on the backing; an
+    argument written in place keeps its own (the host copy of a strided view is dense)."""
+    if original.shape != host.shape:
+        original.resize_(host.shape)
+        if original.stride() != host.stride():
+            original.as_strided_(host.shape, host.stride())
+    original.copy_(host)
 
 
 def _bound(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:

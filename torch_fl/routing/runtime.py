@@ -22,6 +22,7 @@ from torch_fl import env
 from torch_fl.kernels.base import KernelSet, resolve
 from torch_fl.kernels.registry import build_kernel_sets
 from torch_fl.routing import overrides, table as route_table
+from torch_fl.routing.constraints import refusal
 from torch_fl.routing.table import OpRoute, RouteTable
 
 env.register("FLAGOS_STRICT", "0", "Set to 1 to make a failing route raise instead of falling back to the next candidate.")
@@ -95,7 +96,7 @@ class Router:
         out = []
         for path in plan.candidates:
             kernels = self.kernel_sets.get(path)
-            if kernels is None or not kernels.implements(plan.op):
+            if kernels is None or not kernels.implements(plan.op) or refusal(plan.op, path):
                 continue
             if plan.bypass_gate or self.gate.allows(plan.op, dtype, path):
                 out.append(path)
@@ -190,6 +191,10 @@ class Router:
         unknown = [p for p in paths if p not in self.kernel_sets]
         if unknown:
             raise ValueError(f"{op}: unknown or unavailable kernel set(s) {unknown}; available: {sorted(self.kernel_sets)}")
+        for path in paths:
+            reason = refusal(op, path)
+            if reason:
+                raise ValueError(f"{op}: the {path} path is refused: {reason}")
         with self._lock:
             self.api[op] = (list(paths), bypass_gate, python)
             self.refresh(op)

@@ -93,6 +93,8 @@ at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
   auto r = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                     t.dtype());
   r.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  if (t.is_conj()) r._set_conj(true);
+  if (t.is_neg()) r._set_neg(true);
   return r;
 }
 

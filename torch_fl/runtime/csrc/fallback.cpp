@@ -20,7 +20,7 @@
 namespace torch_fl {
 namespace {
 
-enum class Arg : uint8_t { kOther, kTensor, kWrite, kList, kGenerator, kDevice };
+enum class Arg : uint8_t { kOther, kTensor, kWrite, kList, kWriteList, kGenerator, kDevice };
 
 // What the routes need to know about one op's schema, computed once per op.
 struct OpInfo {
@@ -77,7 +77,8 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
       if (kind == c10::TypeKind::TensorType) {
         arg = alias && alias->isWrite() ? Arg::kWrite : Arg::kTensor;
       } else if (kind == c10::TypeKind::ListType || kind == c10::TypeKind::OptionalType) {
-        arg = Arg::kList;  // lists and optional tensors are inspected value by value
+        // lists and optional tensors are inspected value by value; Tensor(a!)[] are out= lists
+        arg = alias && alias->isWrite() ? Arg::kWriteList : Arg::kList;
       } else if (kind == c10::TypeKind::GeneratorType) {
         arg = Arg::kGenerator;
       } else if (kind == c10::TypeKind::DeviceObjType) {
@@ -89,7 +90,8 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
       }
       info->args.push_back(arg);
     }
-    info->backing_has_kernel = op.hasKernelForDispatchKey(backing().key);
+    // Composite kernels count: on backing aliases they run as they would for the backing.
+    info->backing_has_kernel = op.hasComputedKernelForDispatchKey(backing().key);
     info->force_cpu = r.forced_cpu.count(info->name) != 0;
     slot = std::move(info);
   }
@@ -203,55 +205,95 @@ void use_flagos_default_generator(torch::jit::Stack* stack, size_t base, const O
   if (g.isNone()) g = backing_generator(default_generator(index));
 }
 
-void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  OpInfo& info = info_for(op);
-  if (!info.backing_has_kernel || info.force_cpu.load(std::memory_order_relaxed)) return cpu_route(op, stack, info);
-  info.native_calls.fetch_add(1, std::memory_order_relaxed);
-
-  const size_t n = info.args.size();
-  const size_t base = stack->size() - n;
-  // Kept to retry on the host if the backing kernel turns these inputs down (see below).
-  c10::SmallVector<c10::IValue, 8> arguments(stack->begin() + base, stack->end());
-  c10::SmallVector<Swap, 6> swaps;
-  c10::DeviceIndex index = -1;
-  std::optional<c10::Device> host_operand;
-  auto borrow = [&](const at::Tensor& t, bool written) {
-    note_device(index, t);
-    at::Tensor alias = borrow_as_backing(t);
-    c10::StorageImpl* si = alias.storage().unsafeGetStorageImpl();
-    swaps.push_back(Swap{alias.unsafeGetTensorImpl(), si, const_cast<void*>(si->data()), t, written, alias});
-    return alias;
-  };
-  for (size_t i = 0; i < n; ++i) {
+// Rewrites the op's arguments on the stack for a route: flagos tensors (also inside lists and
+// optionals) through `route.tensor`, flagos generators and devices through `route.generator` and
+// `route.device`; other tensors are shown to `route.other_tensor`.
+template <typename Route>
+void rewrite_arguments(torch::jit::Stack* stack, size_t base, const OpInfo& info, Route& route) {
+  for (size_t i = 0; i < info.args.size(); ++i) {
     c10::IValue& iv = (*stack)[base + i];
     switch (info.args[i]) {
       case Arg::kTensor:
       case Arg::kWrite:
-        if (iv.isTensor() && is_flagos(iv.toTensor())) {
-          iv = borrow(iv.toTensor(), info.args[i] == Arg::kWrite);
-        } else if (host_backed() && iv.isTensor() && iv.toTensor().defined() && iv.toTensor().dim() > 0) {
-          host_operand = iv.toTensor().device();
+        if (iv.isTensor()) {
+          if (is_flagos(iv.toTensor())) {
+            iv = route.tensor(iv.toTensor(), info.args[i] == Arg::kWrite);
+          } else {
+            route.other_tensor(iv.toTensor());
+          }
         }
         break;
       case Arg::kList:
-        map_list(iv, [&](const at::Tensor& t) { return borrow(t, false); });
+      case Arg::kWriteList:
+        map_list(iv, [&](const at::Tensor& t) { return route.tensor(t, info.args[i] == Arg::kWriteList); });
         break;
       case Arg::kGenerator:
-        if (iv.isGenerator()) iv = backing_generator(iv.toGenerator());
+        if (iv.isGenerator() && iv.toGenerator().device().type() == kFlagos) iv = route.generator(iv.toGenerator());
         break;
       case Arg::kDevice:
-        if (iv.isDevice() && iv.toDevice().type() == kFlagos) iv = to_backing(iv.toDevice());
+        if (iv.isDevice() && iv.toDevice().type() == kFlagos) iv = route.device(iv.toDevice());
         break;
       case Arg::kOther:
         break;
     }
   }
+}
+
+// The native route's view of the arguments: zero-copy backing aliases, remembered for the results.
+struct NativeArguments {
+  c10::SmallVector<Swap, 6> swaps;
+  c10::DeviceIndex index = -1;
+  std::optional<c10::Device> host_operand;
+
+  at::Tensor tensor(const at::Tensor& t, bool written) {
+    note_device(index, t);
+    at::Tensor alias = borrow_as_backing(t);
+    c10::StorageImpl* si = alias.storage().unsafeGetStorageImpl();
+    swaps.push_back(Swap{alias.unsafeGetTensorImpl(), si, const_cast<void*>(si->data()), t, written, alias});
+    return alias;
+  }
+  void other_tensor(const at::Tensor& t) {
+    if (host_backed() && t.defined() && t.dim() > 0) host_operand = t.device();
+  }
+  c10::IValue generator(const at::Generator& g) { return backing_generator(g); }
+  c10::IValue device(c10::Device d) { return to_backing(d); }
+};
+
+// The cpu route's view: host copies, the written ones remembered to copy the results back.
+struct HostArguments {
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 4> written;  // (host copy, flagos original)
+  c10::DeviceIndex index = -1;
+
+  at::Tensor tensor(const at::Tensor& t, bool is_written) {
+    note_device(index, t);
+    at::Tensor host = borrow_as_backing(t).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+    if (is_written) written.emplace_back(host, t);
+    return host;
+  }
+  void other_tensor(const at::Tensor&) {}
+  // A flagos generator drives a host generator only when the backing is the host.
+  c10::IValue generator(const at::Generator& g) {
+    return host_backed() ? c10::IValue(backing_generator(g)) : c10::IValue();
+  }
+  c10::IValue device(c10::Device) { return c10::Device(at::kCPU); }
+};
+
+void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpInfo& info = info_for(op);
+  if (!info.backing_has_kernel || info.force_cpu.load(std::memory_order_relaxed)) return cpu_route(op, stack, info);
+  info.native_calls.fetch_add(1, std::memory_order_relaxed);
+
+  const size_t base = stack->size() - info.args.size();
+  // Kept to retry on the host if the backing kernel turns these inputs down (see below).
+  c10::SmallVector<c10::IValue, 8> arguments(stack->begin() + base, stack->end());
+  NativeArguments args;
+  rewrite_arguments(stack, base, info, args);
   // On the host backing a CPU operand would silently work; refuse it as a device kernel would
   // (0-dim CPU tensors are scalars and allowed; index lists may live on the CPU, as on CUDA).
-  TORCH_CHECK(!host_operand.has_value() || index < 0,
+  TORCH_CHECK(!args.host_operand.has_value() || args.index < 0,
               "Expected all tensors to be on the same device, but found at least two devices, flagos:",
-              static_cast<int>(index), " and ", host_operand.value_or(c10::Device(at::kCPU)), "!");
-  use_flagos_default_generator(stack, base, info, index);
+              static_cast<int>(args.index), " and ", args.host_operand.value_or(c10::Device(at::kCPU)), "!");
+  use_flagos_default_generator(stack, base, info, args.index);
   try {
     RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>());
     op.callBoxed(stack);
@@ -262,13 +304,13 @@ void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     info.native_calls.fetch_sub(1, std::memory_order_relaxed);
     stack->resize(base);
     for (auto& v : arguments) stack->push_back(std::move(v));
-    swaps.clear();
+    args.swaps.clear();
     return cpu_route(op, stack, info);
   }
-  for (auto& s : swaps) {
+  for (auto& s : args.swaps) {
     if (s.written) write_back(s);
   }
-  map_results(op, stack, swaps, index >= 0 ? index : current_index());
+  map_results(op, stack, args.swaps, args.index >= 0 ? args.index : current_index());
 }
 
 void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& info) {
@@ -280,58 +322,29 @@ void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& 
                                                            : " (no kernel on the backing device)")
               << std::endl;
   }
-  const size_t n = info.args.size();
-  const size_t base = stack->size() - n;
-  // (host copy, flagos original) for every written argument: results are copied back into them.
-  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 4> written;
-  c10::DeviceIndex index = -1;
-  auto to_host = [&](const at::Tensor& t) {
-    note_device(index, t);
-    return borrow_as_backing(t).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
-  };
-  for (size_t i = 0; i < n; ++i) {
-    c10::IValue& iv = (*stack)[base + i];
-    switch (info.args[i]) {
-      case Arg::kTensor:
-      case Arg::kWrite:
-        if (iv.isTensor() && is_flagos(iv.toTensor())) {
-          at::Tensor original = iv.toTensor();
-          at::Tensor host = to_host(original);
-          if (info.args[i] == Arg::kWrite) written.emplace_back(host, original);
-          iv = host;
-        }
-        break;
-      case Arg::kList:
-        map_list(iv, to_host);
-        break;
-      case Arg::kGenerator:
-        // Host generators only: a flagos generator drives one when the backing is the host.
-        if (iv.isGenerator() && iv.toGenerator().device().type() == kFlagos) {
-          iv = host_backed() ? c10::IValue(backing_generator(iv.toGenerator())) : c10::IValue();
-        }
-        break;
-      case Arg::kDevice:
-        if (iv.isDevice() && iv.toDevice().type() == kFlagos) iv = c10::Device(at::kCPU);
-        break;
-      case Arg::kOther:
-        break;
-    }
-  }
-  if (index < 0) index = current_index();
+  const size_t base = stack->size() - info.args.size();
+  HostArguments args;
+  rewrite_arguments(stack, base, info, args);
+  const c10::DeviceIndex index = args.index >= 0 ? args.index : current_index();
   if (host_backed()) use_flagos_default_generator(stack, base, info, index);
   {
     RECORD_FUNCTION("flagos.route.cpu", std::vector<c10::IValue>());
     op.callBoxed(stack);
   }
-  for (auto& [host, original] : written) {
-    if (host.sizes() != original.sizes()) original.resize_(host.sizes());
+  for (auto& [host, original] : args.written) {
+    // An out= the kernel resized takes the kernel's geometry, as it would on the backing; an
+    // argument written in place keeps its own (the host copy of a strided view is dense).
+    if (host.sizes() != original.sizes()) {
+      original.resize_(host.sizes());
+      if (host.strides() != original.strides()) original.as_strided_(host.sizes(), host.strides());
+    }
     original.copy_(host);
   }
   const size_t nr = op.schema().returns().size();
   const size_t rb = stack->size() - nr;
   auto back = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined() || t.device().type() != at::kCPU) return t;
-    for (auto& [host, original] : written) {
+    for (auto& [host, original] : args.written) {
       if (host.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return original;
     }
     at::Tensor out = at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::Device(kFlagos, index)));
@@ -348,20 +361,27 @@ void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& 
   }
 }
 
-// PyTorch's CompositeExplicitAutograd(NonFunctional) kernels also serve PrivateUse1, ahead of any
-// fallback: without this, flagos would run decompositions (layer norm as batch norm, add as
-// empty + add.out, foreach ops one tensor at a time) where the backing has a fused kernel. Every
-// aten op the backing implements itself is claimed for the native route explicitly.
+// Composite kernels that refuse devices they do not know (a device-type check, or a DispatchStub
+// with no PrivateUse1 entry): on aliases they run as on the backing.
+const std::unordered_set<std::string> kDeviceCheckedComposites = {"aten::mode.values", "aten::conj_physical_."};
+
+// PyTorch's composite kernels also serve PrivateUse1, ahead of any fallback: without this, flagos
+// would run decompositions (layer norm as batch norm, add as empty + add.out, foreach ops one
+// tensor at a time, mish_backward as its formula) where the backing has a fused kernel. Every aten
+// op the backing implements itself is claimed for the native route, which is also what the
+// backing's own dispatch does (a backend kernel wins over CompositeImplicitAutograd there too).
 std::vector<c10::RegistrationHandleRAII> claim_backing_kernels() {
   auto& dispatcher = c10::Dispatcher::singleton();
   std::unordered_set<std::string> seen;
   std::vector<c10::RegistrationHandleRAII> handles;
-  for (auto key : {c10::DispatchKey::CompositeExplicitAutograd, c10::DispatchKey::CompositeExplicitAutogradNonFunctional}) {
+  for (auto key : {c10::DispatchKey::CompositeExplicitAutograd, c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
+                   c10::DispatchKey::CompositeImplicitAutograd}) {
     for (const auto& name : dispatcher.getAllOpNamesForDispatchKey(key)) {
       if (name.name.rfind("aten::", 0) != 0 || !seen.insert(name.name + "." + name.overload_name).second) continue;
       auto op = dispatcher.findOp(name);
+      const bool device_checked = kDeviceCheckedComposites.count(name.name + "." + name.overload_name) != 0;
       if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
-          !op->hasKernelForDispatchKey(backing().key)) {
+          !(op->hasKernelForDispatchKey(backing().key) || device_checked)) {
         continue;
       }
       handles.push_back(dispatcher.registerImpl(name, c10::DispatchKey::PrivateUse1,

@@ -36,6 +36,22 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::opti
   return at::detail::empty_strided_generic(size, stride, flagos_allocator(), kFlagosKeys, c10::dtype_or_default(dtype));
 }
 
+// A ZeroTensor (autograd's "this gradient is zero") has no memory: PyTorch's ZeroTensor fallback
+// materialises it when an op needs values. Built on flagos itself so it keeps its ZeroTensor key.
+struct NoMemory final : c10::Allocator {
+  c10::DataPtr allocate(size_t) override { return {nullptr, c10::Device(kFlagos, current_index())}; }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void*, const void*, std::size_t) const override {}
+};
+NoMemory g_no_memory;
+
+at::Tensor efficient_zero_tensor(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
+                                 std::optional<at::Device> device, std::optional<bool>) {
+  c10::OptionalDeviceGuard guard(device);
+  return at::detail::empty_generic(size, &g_no_memory, kFlagosKeys | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor),
+                                   c10::dtype_or_default(dtype), std::nullopt);
+}
+
 at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
   return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
 }
@@ -191,6 +207,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace torch_fl;
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
+  m.impl("_efficientzerotensor", efficient_zero_tensor);
   m.impl("as_strided", at::native::as_strided_tensorimpl);
   m.impl("view", view);
   m.impl("_reshape_alias", reshape_alias);

@@ -1,0 +1,108 @@
+"""The router: Python kernels only where a non-native path may run, overrides, fallback, counters."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import torch_fl
+from torch_fl.routing import explain, forced, set_route, clear_route, stats, strict
+
+
+def test_native_first_ops_get_no_python_kernel(fresh_routes):
+    assert "aten::mm" not in fresh_routes.installed
+    info = explain("aten::mm")
+    assert info.python_kernel is False and "C++ native route" in info.served_by
+
+
+def test_api_route_installs_a_kernel_and_counts(fresh_routes, pair):
+    a, b, x, y = pair
+    set_route("aten::mm", ["cpu"])
+    assert "aten::mm" in fresh_routes.installed
+    assert torch.allclose((x @ y).cpu(), a @ b)
+    assert {(r.op, r.path): r.calls for r in stats()}[("aten::mm", "cpu")] == 1
+    assert explain("mm").source == "api"
+    clear_route("aten::mm")
+    assert "aten::mm" not in fresh_routes.installed
+
+
+def test_forced_route_is_undone(fresh_routes, pair):
+    a, b, x, y = pair
+    with forced("aten::add.Tensor", "cpu"):
+        assert torch.allclose((x + y).cpu(), a + b)
+        assert "aten::add.Tensor" in fresh_routes.installed
+    assert "aten::add.Tensor" not in fresh_routes.installed
+
+
+def test_failing_route_falls_back_with_one_warning(fresh_routes, pair, monkeypatch):
+    a, b, x, y = pair
+    cpu = fresh_routes.kernel_sets["cpu"]
+
+    def broken(op, args, kwargs):
+        raise RuntimeError("broken kernel")
+
+    monkeypatch.setattr(cpu, "call", broken)
+    set_route("aten::mul.Tensor", ["cpu", "native"])
+    fresh_routes.warned.discard("aten::mul.Tensor")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r1, r2 = x * y, x * y
+    assert torch.allclose(r1.cpu(), a * b) and torch.allclose(r2.cpu(), a * b)
+    assert sum("falling back" in str(w.message) for w in caught) == 1
+    counts = {(r.op, r.path): r.calls for r in stats()}
+    assert counts[("aten::mul.Tensor", "native")] == 2
+    strict(True)
+    try:
+        with pytest.raises(RuntimeError, match="broken kernel"):
+            x * y
+    finally:
+        strict(False)
+
+
+def test_views_and_structural_ops_refuse_other_paths(fresh_routes):
+    for op in ("aten::transpose.int", "aten::as_strided", "aten::_unsafe_view", "aten::t_"):
+        with pytest.raises(ValueError, match="refused"):
+            set_route(op, ["cpu"])
+    with pytest.raises(ValueError, match="refused"):
+        set_route("aten::_to_copy", ["cpu"])
+
+
+def test_unknown_path_is_rejected(fresh_routes):
+    with pytest.raises(ValueError, match="unknown or unavailable kernel set"):
+        set_route("aten::mm", ["flaggems"])  # not declared by host_ref
+
+
+def test_profiler_shows_the_python_route(fresh_routes, pair):
+    _, _, x, y = pair
+    set_route("aten::mm", ["cpu"])
+    with torch.profiler.profile() as prof:
+        x @ y
+    names = [e.name for e in prof.events()]
+    assert "flagos.route.cpu::aten::mm" in names
+
+
+def test_explain_rejects_unknown_ops():
+    with pytest.raises(ValueError, match="not an operator"):
+        explain("aten::no_such_op")
+
+
+def run(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+
+
+def test_env_override_and_routes_file(tmp_path):
+    code = (
+        "import torch, torch_fl\n"
+        "x = torch.ones(4, 4, device='flagos')\n"
+        "print(torch_fl.explain('aten::mm').candidates, torch_fl.explain('aten::mm').source)\n"
+    )
+    out = run(code, FLAGOS_ROUTE_mm="cpu,native")
+    assert "['cpu', 'native'] env FLAGOS_ROUTE_mm" in out.stdout, out.stderr
+    routes = tmp_path / "routes.yaml"
+    routes.write_text("format: 1\nops:\n  aten::mm:\n    candidates: [cpu]\n")
+    out = run(code, FLAGOS_ROUTES=str(routes))
+    assert "['cpu'] file" in out.stdout, out.stderr
