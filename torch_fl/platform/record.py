@@ -87,13 +87,24 @@ def record_path(directory: Path, torch_line: str) -> Path:
     return Path(directory) / RECORDS_DIR / f"torch-{torch_line}.json"
 
 
-def load_record(directory: Path, torch_line: str) -> Record | None:
-    """The record for `torch_line`, None when there is none; a malformed file is a RecordError."""
+def load_record(directory: Path, torch_line: str, skip_paths: frozenset[str] = frozenset()) -> Record | None:
+    """The record for `torch_line`, None when there is none; a malformed file is a RecordError.
+
+    Cases on `skip_paths` are left out unread: gating, which runs during `import torch`, needs
+    only the cases of the paths it gates, a few hundred of tens of thousands.
+    """
     path = record_path(directory, torch_line)
     if not path.is_file():
         return None
     try:
-        return Record.model_validate_json(path.read_bytes())
+        if not skip_paths:
+            return Record.model_validate_json(path.read_bytes())
+        data = json.loads(path.read_bytes())
+        if isinstance(data, dict) and isinstance(data.get("cases"), list):
+            data["cases"] = [c for c in data["cases"] if not (isinstance(c, dict) and c.get("path") in skip_paths)]
+        return Record.model_validate(data)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{path}: not valid JSON: {exc}") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -147,9 +158,11 @@ def record_status(
     directory: Path,
     torch_version: str | None,
     kernel_versions: Mapping[str, str | None],
+    skip_paths: frozenset[str] = frozenset(),
 ) -> RecordStatus:
     """Compare the record for `torch_version`'s line with the descriptor and the installed kernels.
 
+    `skip_paths`: cases of these paths are not loaded (see `load_record`).
     `kernel_versions` maps each kernel library to its installed version (None: not installed).
     With no record for this torch line but one for another line, the newest other record is
     returned as stale (the torch line differs); with none at all, the state is "missing". An
@@ -161,7 +174,7 @@ def record_status(
         why = f"no {RECORDS_DIR}/torch-{line}.json" if line else "no record, and torch is not installed"
         return RecordStatus("missing", [why], None, line)
     try:
-        record = load_record(directory, candidates[0])
+        record = load_record(directory, candidates[0], skip_paths)
     except RecordError as exc:
         # An unreadable record proves nothing, but must not stop native and cpu from running.
         return RecordStatus("stale", [f"unreadable record: {exc}"], None, candidates[0])
