@@ -1,8 +1,8 @@
 """model: a small decoder-only transformer trains 20 steps on flagos like on the reference device.
 
 The reference device is the backing device without flagos: the CPU, in this process, for a host
-backing; for a CUDA backing, CUDA in a subprocess that never imports torch_fl (see tinylm.py for
-why). The losses must agree step by step and go down.
+backing; for a CUDA backing, CUDA in a subprocess that never imports torch_fl (see
+torch_fl/workloads/decoder.py for why). The losses must agree step by step and go down.
 """
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torch_fl.conformance import tinylm
 from torch_fl.conformance.launch import run_script
+from torch_fl.workloads import decoder
 
 SUITE = "model"
 STEPS = 20
@@ -20,14 +20,14 @@ RTOL = {"cpu": 1e-4, "cuda": 2e-3}
 
 def reference_losses(backing: str) -> list[float]:
     if backing == "cpu":
-        return tinylm.train("cpu", STEPS)
+        return decoder.train(decoder.CONFIGS["tiny"], "cpu", STEPS)
     env = {"FLAGOS_PLATFORM": None, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-    return run_script(Path(tinylm.__file__), [backing, str(STEPS)], env, timeout=600)["losses"]
+    return run_script(Path(decoder.__file__), [backing, str(STEPS), "tiny"], env, timeout=600)["losses"]
 
 
 @pytest.mark.fl_timeout(900)
-def test_tinylm_trains_like_the_reference(fl: Any) -> None:
-    losses = tinylm.train("flagos", STEPS)
+def test_decoder_trains_like_the_reference(fl: Any) -> None:
+    losses = decoder.train(decoder.CONFIGS["tiny"], "flagos", STEPS)
     reference = reference_losses(fl.backing)
     rtol = RTOL.get(fl.backing, 2e-3)
     worst = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(losses, reference))

@@ -1,10 +1,15 @@
 """A small decoder-only transformer language model and its training step.
 
 One definition serves every place that trains "a small transformer": the route tuner's default
-workload, bench/train_step.py, the conformance model case and the README demo.
+workload, bench/train_step.py and the conformance model case. It depends on torch alone, and is a
+script too: `python decoder.py DEVICE STEPS OUT_JSON [CONFIG]` writes the per-step losses, for
+references that must run in a process that never imports torch_fl (on a CUDA machine, a process
+with flagos registered cannot run autograd over plain CUDA tensors: pytorch/pytorch#161129).
 """
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -106,3 +111,10 @@ def train(c: DecoderConfig, device: str, steps: int, dtype: torch.dtype = torch.
     """Per-step losses of `steps` training steps."""
     _, _, step = build(c, device, dtype, seed)
     return [float(step()) for _ in range(steps)]
+
+
+if __name__ == "__main__":
+    device_name, step_count, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    config = CONFIGS[sys.argv[4] if len(sys.argv) > 4 else "tiny"]
+    with open(out_path, "w") as f:
+        json.dump({"losses": train(config, device_name, step_count), "torch": torch.__version__}, f)
