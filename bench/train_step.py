@@ -1,22 +1,28 @@
-"""A decoder-only transformer training step (AdamW) on flagos against the plain backing device.
+"""Training-step throughput of a decoder-only transformer (AdamW) on flagos, side by side with the
+plain backing device, in several route configurations.
 
-    python bench/train_step.py                                   # host_ref: config tiny, fp32
-    FLAGOS_PLATFORM=nvidia_h200 python bench/train_step.py       # CUDA: config large, bf16
-    python bench/train_step.py --config small --steps 20 --json out.json --profile prof.json
+    python bench/train_step.py                                     # host_ref: config tiny, fp32
+    FLAGOS_PLATFORM=nvidia_h200 python bench/train_step.py         # CUDA: config large, bf16, every variant
+    FLAGOS_PLATFORM=nvidia_h200 python bench/train_step.py --config small --variants native-only
 
-The model, its data and its initial weights come from torch_fl/workloads/decoder.py, seeded alike
-for both sides. Printed: ms per step (back-to-back steps, one synchronisation at the end), the
-throughput ratio flagos/plain, host enqueue time per step (the Python time to issue one step, the
-device idle before it), device time per step (events around one step), peak memory, and the
-per-step losses of both sides, which must agree (exit status 1 if they do not).
+The flagos variants:
 
-On a CUDA backing the plain reference runs in a subprocess that never imports torch_fl (a process
-where flagos is registered cannot run autograd over plain CUDA tensors; see torch_fl.activation):
-the script re-runs itself with --reference and TORCH_DEVICE_BACKEND_AUTOLOAD=0 and reads its JSON.
-On the host both run in this process, one after the other.
+    native-only     every op on the C++ native route (an empty route table, defaults `native`)
+    flaggems-first  every op FlagGems implements tried on FlagGems first, as far as the conformance
+                    record allows (the seed release routes everything to FlagGems by default)
+    tuned           the platform's routes.yaml, as `torch-fl routes tune` left it
+    compiled        torch.compile(model) with inductor, the platform's routes.yaml for extern kernels
 
---profile OUT writes, for both sides, the top 30 ops by total host (CPU-side) time of a few
-profiled steps, with their self times and call counts.
+Each eager variant is compared with plain eager, `compiled` with plain compiled. Every side runs in
+a process of its own, one after the other, so that no route table, compiled graph or allocator
+state leaks from one into the next; the plain sides never import torch_fl (a process where flagos is
+registered cannot run autograd over plain CUDA tensors; see torch_fl.activation).
+
+Printed per side: ms per step (back-to-back steps, one synchronisation at the end, median of
+rounds), host enqueue ms per step (the device idle before it), device ms per step (events), peak
+memory, the calls of one step per route path; then the throughput ratios and whether each side's
+per-step losses agree with its plain reference (exit status 1 if one does not).
+--profile OUT writes each side's top 30 ops by total host (CPU-side) time over a few steps.
 """
 from __future__ import annotations
 
@@ -27,8 +33,11 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
@@ -36,14 +45,33 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = {"cpu": "tiny", "cuda": "large"}
-LOSSES_SHOWN = 8
-# Relative agreement required between the per-step losses of flagos and plain.
+DEFAULT_VARIANTS = {"cpu": "native-only", "cuda": "native-only,flaggems-first,tuned,compiled"}
+LOSSES_SHOWN = 6
+# Relative agreement required between the per-step losses of a flagos side and its plain reference.
 LOSS_RTOL = {"cpu": 1e-4, "cuda": 2e-2}
+# A route table with no entries: with FLAGOS_ROUTE_DEFAULTS it puts every op on the same paths.
+EMPTY_TABLE = "format: 1\nops: {}\n"
+
+
+@dataclass(frozen=True)
+class Variant:
+    compiled: bool = False
+    defaults: str | None = None  # FLAGOS_ROUTE_DEFAULTS over an empty table; None keeps routes.yaml
+    env: dict[str, str] = field(default_factory=dict)
+
+
+VARIANTS = {
+    "native-only": Variant(defaults="native"),
+    "flaggems-first": Variant(defaults="flaggems,native"),
+    "tuned": Variant(),
+    "compiled": Variant(compiled=True),
+}
+PLAIN = {"eager": Variant(), "compiled": Variant(compiled=True)}
 
 
 def workload() -> ModuleType:
-    """torch_fl/workloads/decoder.py loaded by path: the reference process must not import torch_fl
-    (importing the package activates flagos), and this file needs only torch."""
+    """torch_fl/workloads/decoder.py loaded by path: a plain side must not import torch_fl
+    (importing the package activates flagos), and the workload needs only torch."""
     path = ROOT / "torch_fl" / "workloads" / "decoder.py"
     spec = importlib.util.spec_from_file_location("flagos_bench_decoder", path)
     assert spec is not None and spec.loader is not None
@@ -53,10 +81,7 @@ def workload() -> ModuleType:
     return module
 
 
-DeviceApi = tuple[Callable[[], None], Callable[..., object] | None, Callable[[], int], Callable[[], None]]
-
-
-def device_api(device: str) -> DeviceApi:
+def device_api(device: str) -> tuple[Callable[[], None], Callable[..., object] | None, Callable[[], int], Callable[[], None]]:
     """(synchronize, Event factory or None, peak memory, reset peak) for `device`."""
     if device == "cpu":
         return (lambda: None), None, (lambda: -1), (lambda: None)
@@ -64,80 +89,16 @@ def device_api(device: str) -> DeviceApi:
     return module.synchronize, module.Event, module.max_memory_allocated, module.reset_peak_memory_stats
 
 
-class Side:
-    """One side of the comparison: the workload built on `device`, warmed up, timed on demand."""
+def calls_by_path(step: Callable[[], torch.Tensor]) -> dict[str, int]:
+    """How many op calls of one step each route path served."""
+    from torch_fl import routing
 
-    def __init__(self, device: str, backing: str, config: str, warmup: int) -> None:
-        decoder = workload()
-        self.device, self.backing, self.config = device, backing, config
-        self.c = decoder.CONFIGS[config]
-        self.dtype = torch.bfloat16 if backing == "cuda" else torch.float32
-        self.sync, self.event, self.peak, reset_peak = device_api(device)
-        reset_peak()
-        _, _, self.step = decoder.build(self.c, device, self.dtype)
-        self.losses = [self.step() for _ in range(warmup)]
-        self.sync()
-        self.ms_per_step: list[float] = []
-        self.enqueue_ms: list[float] = []
-        self.device_ms: list[float] = []
-
-    def throughput_round(self, steps: int) -> None:
-        """Back-to-back steps, one synchronisation at the end."""
-        self.sync()
-        start = time.perf_counter()
-        self.losses += [self.step() for _ in range(steps)]
-        self.sync()
-        self.ms_per_step.append((time.perf_counter() - start) / steps * 1e3)
-
-    def enqueue_round(self, steps: int) -> None:
-        """One step at a time with the device idle before each: host enqueue and device time."""
-        for _ in range(steps):
-            self.sync()
-            begin = end = None
-            if self.event is not None:
-                begin, end = self.event(enable_timing=True), self.event(enable_timing=True)
-            if begin is not None:
-                begin.record()
-            t0 = time.perf_counter()
-            self.losses.append(self.step())
-            self.enqueue_ms.append((time.perf_counter() - t0) * 1e3)
-            if end is not None:
-                end.record()
-            self.sync()
-            if begin is not None and self.backing == "cuda":
-                self.device_ms.append(begin.elapsed_time(end))
-
-    def result(self, profile_steps: int) -> dict:
-        peak = self.peak()
-        result = {
-            "device": self.device,
-            "backing": self.backing,
-            "config": self.config,
-            "dims": {k: getattr(self.c, k) for k in ("vocab", "dim", "heads", "layers", "seq", "batch")},
-            "parameters": self.c.parameters,
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "ms_per_step": statistics.median(self.ms_per_step),
-            "ms_per_step_rounds": self.ms_per_step,
-            "host_enqueue_ms": statistics.median(self.enqueue_ms),
-            "device_ms": statistics.median(self.device_ms) if self.device_ms else None,
-            "peak_memory_bytes": peak if peak >= 0 else None,
-            "losses": [float(x) for x in self.losses],
-            "torch": torch.__version__,
-        }
-        if profile_steps:
-            result["profile"] = profile(self.step, self.sync, profile_steps)
-        return result
-
-
-def measure(sides: list[Side], steps: int, rounds: int, profile_steps: int) -> list[dict]:
-    """Interleaved rounds (each side in turn), so that machine noise affects every side alike."""
-    for _ in range(rounds):
-        for side in sides:
-            side.throughput_round(steps)
-    for _ in range(rounds):
-        for side in sides:
-            side.enqueue_round(max(1, min(steps, 5)))
-    return [side.result(profile_steps) for side in sides]
+    routing.reset_stats()
+    step()
+    counts: Counter[str] = Counter()
+    for row in routing.stats():
+        counts[row.path] += row.calls
+    return dict(counts)
 
 
 def profile(step: Callable[[], torch.Tensor], sync: Callable[[], None], steps: int, top: int = 30) -> list[dict]:
@@ -150,119 +111,209 @@ def profile(step: Callable[[], torch.Tensor], sync: Callable[[], None], steps: i
             step()
         sync()
     rows = [
-        {
-            "op": e.key,
-            "calls": e.count,
-            "self_host_us": e.self_cpu_time_total,
-            "total_host_us": e.cpu_time_total,
-        }
+        {"op": e.key, "calls": e.count, "self_host_us": e.self_cpu_time_total, "total_host_us": e.cpu_time_total}
         for e in prof.key_averages()
     ]
     rows.sort(key=lambda r: -r["total_host_us"])
     return rows[:top]
 
 
-def run_reference(args: argparse.Namespace, backing: str, config: str) -> dict:
-    """The plain-backing side in a fresh process that never imports torch_fl."""
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PYTHONUNBUFFERED": "1"}
-    env.pop("FLAGOS_PLATFORM", None)
+def run_side(side: str, variant: str, args: argparse.Namespace) -> dict:
+    """Build the workload on this side's device, warm it up, time it; the result as a dict."""
+    if side == "flagos":
+        import torch_fl
+        from torch_fl.routing import router
+        from torch_fl.runtime.device.core import backing as current_backing
+
+        if not torch_fl.is_active():
+            sys.exit("flagos is not active here (on a CUDA machine set FLAGOS_PLATFORM, e.g. nvidia_h200)")
+        device, backing = "flagos", current_backing()
+        spec = VARIANTS[variant]
+    else:
+        device = backing = args.device
+        spec = PLAIN[variant]
+    decoder = workload()
+    config = decoder.CONFIGS[args.config or DEFAULT_CONFIG[backing]]
+    dtype = torch.bfloat16 if backing == "cuda" else torch.float32
+    sync, event, peak, reset_peak = device_api(device)
+    reset_peak()
+    _, _, step = decoder.build(config, device, dtype, compiled=spec.compiled)
+    started = time.perf_counter()
+    losses = [step() for _ in range(args.warmup)]  # includes compilation and FlagGems autotuning
+    sync()
+    warmup_s = time.perf_counter() - started
+    rounds: list[float] = []
+    for _ in range(args.rounds):
+        sync()
+        start = time.perf_counter()
+        losses += [step() for _ in range(args.steps)]
+        sync()
+        rounds.append((time.perf_counter() - start) / args.steps * 1e3)
+    enqueue_ms, device_ms = [], []
+    for _ in range(max(1, min(args.steps, 5))):
+        sync()
+        begin, end = (event(enable_timing=True), event(enable_timing=True)) if event else (None, None)
+        if begin is not None:
+            begin.record()
+        start = time.perf_counter()
+        losses.append(step())
+        enqueue_ms.append((time.perf_counter() - start) * 1e3)
+        if end is not None:
+            end.record()
+        sync()
+        if begin is not None:
+            device_ms.append(begin.elapsed_time(end))
+    result = {
+        "side": side,
+        "variant": variant,
+        "device": device,
+        "backing": backing,
+        "config": args.config or DEFAULT_CONFIG[backing],
+        "dims": {k: getattr(config, k) for k in ("vocab", "dim", "heads", "layers", "seq", "batch")},
+        "parameters": config.parameters,
+        "dtype": str(dtype).removeprefix("torch."),
+        "torch": torch.__version__,
+        "warmup_s": round(warmup_s, 2),
+        "ms_per_step": statistics.median(rounds),
+        "ms_per_step_rounds": rounds,
+        "host_enqueue_ms": statistics.median(enqueue_ms),
+        "device_ms": statistics.median(device_ms) if device_ms else None,
+        "peak_memory_bytes": max(peak(), 0) or None,
+        "losses": [float(x) for x in losses],
+    }
+    if side == "flagos":
+        result["platform"] = torch_fl.active_platform().name
+        result["gate"] = router().gate.state
+        result["calls_by_path"] = calls_by_path(step)
+    if args.profile:
+        result["profile"] = profile(step, sync, args.profile_steps)
+    return result
+
+
+def side_env(side: str, variant: str, table: Path) -> dict[str, str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if side == "plain":
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+        env.pop("FLAGOS_PLATFORM", None)
+        return env
+    spec = VARIANTS[variant]
+    if spec.defaults is not None:
+        env.update(FLAGOS_ROUTES=str(table), FLAGOS_ROUTE_DEFAULTS=spec.defaults)
+    return {**env, **spec.env}
+
+
+def run_child(side: str, variant: str, args: argparse.Namespace, device: str, table: Path) -> dict:
+    """One side in a fresh process; its JSON result."""
     command = [
-        sys.executable, __file__, "--reference", "--device", backing, "--config", config, "--steps", str(args.steps),
-        "--rounds", str(args.rounds), "--warmup", str(args.warmup),
-        "--profile-steps", str(args.profile_steps if args.profile else 0),
+        sys.executable, __file__, "--child", f"{side}:{variant}", "--device", device, "--steps", str(args.steps),
+        "--rounds", str(args.rounds), "--warmup", str(args.warmup), "--profile-steps", str(args.profile_steps),
     ]
-    out = subprocess.run(command, env=env, capture_output=True, text=True)
+    command += ["--config", args.config] if args.config else []
+    command += ["--profile", "-"] if args.profile else []
+    out = subprocess.run(command, env=side_env(side, variant, table), capture_output=True, text=True)
     if out.returncode != 0:
-        sys.exit(f"the reference run failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
+        sys.exit(f"side {side} {variant} failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def fmt(value: float | None, unit: str = "", digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}{unit}"
+def agreement(flagos: dict, plain: dict, rtol: float) -> tuple[bool, float]:
+    """Do the per-step losses agree (all steps), and the largest relative difference."""
+    worst = max(
+        (abs(a - b) / max(abs(a), 1e-12) for a, b in zip(plain["losses"], flagos["losses"])), default=0.0
+    )
+    return len(flagos["losses"]) == len(plain["losses"]) and worst <= rtol, worst
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def mib(value: int | None) -> str:
-    return "-" if value is None else f"{value / 2**20:.1f} MiB"
+    return "-" if value is None else f"{value / 2**20:.0f}"
 
 
-def compare(flagos: dict, plain: dict, rtol: float) -> tuple[str, bool]:
+def report(sides: dict[str, dict], variants: list[str], rtol: float) -> tuple[str, dict]:
+    """The side-by-side table and the summary (ratios, loss agreement)."""
+    first = next(iter(sides.values()))
     lines = [
-        f"config {flagos['config']} {flagos['dims']} ({flagos['parameters'] / 1e6:.2f} M parameters), "
-        f"{flagos['dtype']}, backing {flagos['backing']}, torch {flagos['torch']}",
-        f"{'':28s}{'plain ' + plain['device']:>16s}{'flagos':>16s}",
-        f"{'ms/step':28s}{fmt(plain['ms_per_step']):>16s}{fmt(flagos['ms_per_step']):>16s}",
-        f"{'host enqueue ms/step':28s}{fmt(plain['host_enqueue_ms']):>16s}{fmt(flagos['host_enqueue_ms']):>16s}",
-        f"{'device ms/step (events)':28s}{fmt(plain['device_ms']):>16s}{fmt(flagos['device_ms']):>16s}",
-        f"{'peak memory':28s}{mib(plain['peak_memory_bytes']):>16s}{mib(flagos['peak_memory_bytes']):>16s}",
-        f"throughput ratio flagos/plain: {plain['ms_per_step'] / flagos['ms_per_step']:.3f}  "
-        f"(host enqueue ratio {flagos['host_enqueue_ms'] / plain['host_enqueue_ms']:.2f}x)",
-        "",
-        f"{'step':>4s}{'plain loss':>14s}{'flagos loss':>14s}{'rel diff':>11s}",
+        f"config {first['config']} {first['dims']} ({first['parameters'] / 1e6:.1f} M parameters), "
+        f"{first['dtype']}, AdamW, backing {first['backing']}, torch {first['torch']}",
+        f"{'side':24s}{'ms/step':>10s}{'host ms':>10s}{'device ms':>10s}{'peak MiB':>10s}{'warm-up s':>10s}"
+        f"{'vs plain':>10s}{'losses':>9s}  calls of one step by path",
     ]
-    ok = len(flagos["losses"]) == len(plain["losses"])
-    for i, (a, b) in enumerate(zip(plain["losses"], flagos["losses"])):
-        rel = abs(a - b) / max(abs(a), 1e-12)
-        ok = ok and rel <= rtol
-        if i < LOSSES_SHOWN:
-            lines.append(f"{i:>4d}{a:>14.6f}{b:>14.6f}{rel:>11.2e}")
-    verdict = "agree" if ok else "DISAGREE"
-    lines.append(f"losses {verdict} (all {len(plain['losses'])} steps, relative tolerance {rtol:g})")
-    return "\n".join(lines), ok
+    summary: dict = {"ratios": {}, "losses_agree": {}, "worst_loss_rel_diff": {}}
+    for label, s in sides.items():
+        ratio, agree = "", ""
+        if s["side"] == "flagos":
+            reference = sides["plain compiled" if s["variant"] == "compiled" else "plain eager"]
+            value = reference["ms_per_step"] / s["ms_per_step"]
+            ok, worst = agreement(s, reference, rtol)
+            summary["ratios"][s["variant"]] = round(value, 4)
+            summary["losses_agree"][s["variant"]] = ok
+            summary["worst_loss_rel_diff"][s["variant"]] = worst
+            ratio, agree = f"{value:.3f}x", "agree" if ok else "DIFFER"
+        paths = " ".join(f"{p} {n}" for p, n in sorted(s.get("calls_by_path", {}).items()))
+        gate = f" (record {s['gate']})" if s.get("gate") not in (None, "valid") else ""
+        lines.append(
+            f"{label:24s}{fmt(s['ms_per_step']):>10s}{fmt(s['host_enqueue_ms']):>10s}{fmt(s['device_ms']):>10s}"
+            f"{mib(s['peak_memory_bytes']):>10s}{fmt(s['warmup_s'], 1):>10s}{ratio:>10s}{agree:>9s}  {paths}{gate}"
+        )
+    lines.append(f"losses: relative tolerance {rtol:g} against the plain side of the same mode, every step")
+    steps = min(LOSSES_SHOWN, len(first["losses"]))
+    lines.append("first losses: " + "; ".join(
+        f"{label} " + " ".join(f"{x:.4f}" for x in s["losses"][:steps]) for label, s in sides.items()
+    ))
+    summary["all_agree"] = all(summary["losses_agree"].values())
+    summary["variants"] = variants
+    return "\n".join(lines), summary
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="a config of torch_fl/workloads/decoder.py: tiny|small|large "
                         "(default: tiny on the host, large on CUDA)")
+    parser.add_argument("--variants", help=f"comma-separated flagos variants of {', '.join(VARIANTS)} "
+                        "(default: native-only on the host, all on CUDA)")
     parser.add_argument("--steps", type=int, default=10, help="timed back-to-back steps per round")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per side (their median counts)")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--json", help="write both results here")
-    parser.add_argument("--profile", help="write the top-30 host-time ops of both sides here (JSON)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation, autotuning)")
+    parser.add_argument("--json", help="write every side's result and the summary here")
+    parser.add_argument("--profile", help="write the top-30 host-time ops of every side here (JSON)")
     parser.add_argument("--profile-steps", type=int, default=3, help="steps profiled with --profile")
-    parser.add_argument("--reference", action="store_true", help="(internal) run the plain side only, print JSON")
-    parser.add_argument("--device", default="cpu", help="(internal, with --reference) the plain device")
+    parser.add_argument("--child", help="(internal) SIDE:VARIANT: run one side, print its JSON")
+    parser.add_argument("--device", default="cpu", help="(internal, with --child) the plain device")
     args = parser.parse_args()
 
-    if args.reference:
-        config = args.config or DEFAULT_CONFIG[args.device]
-        (result,) = measure([Side(args.device, args.device, config, args.warmup)], args.steps, args.rounds,
-                            args.profile_steps)
-        print(json.dumps(result))
+    if args.child:
+        side, variant = args.child.split(":")
+        print(json.dumps(run_side(side, variant, args)))
         return
 
-    import torch_fl
-
-    if not torch_fl.is_active():
-        sys.exit("flagos is not active here (on a CUDA machine set FLAGOS_PLATFORM, e.g. nvidia_h200)")
-    from torch_fl.runtime.device.core import backing as current_backing
-
-    backing = current_backing()
-    config = args.config or DEFAULT_CONFIG[backing]
-    profile_steps = args.profile_steps if args.profile else 0
-    if backing == "cpu":
-        sides = [Side("cpu", "cpu", config, args.warmup), Side("flagos", "cpu", config, args.warmup)]
-        plain, flagos = measure(sides, args.steps, args.rounds, profile_steps)
-    else:
-        plain = run_reference(args, backing, config)
-        (flagos,) = measure([Side("flagos", backing, config, args.warmup)], args.steps, args.rounds, profile_steps)
-    text, ok = compare(flagos, plain, LOSS_RTOL[backing])
-    print(f"platform {torch_fl.active_platform().name}")
+    with tempfile.TemporaryDirectory() as scratch:
+        table = Path(scratch) / "routes.yaml"
+        table.write_text(EMPTY_TABLE)
+        requested = args.variants.split(",") if args.variants else None
+        unknown = [v for v in requested or [] if v not in VARIANTS]
+        if unknown:
+            sys.exit(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+        first = (requested or ["native-only"])[0]
+        probe = run_child("flagos", first, args, "cpu", table)  # also tells the backing device
+        backing = probe["backing"]
+        variants = requested or DEFAULT_VARIANTS[backing].split(",")
+        sides = {"plain eager": run_child("plain", "eager", args, backing, table)}
+        if "compiled" in variants:
+            sides["plain compiled"] = run_child("plain", "compiled", args, backing, table)
+        for variant in variants:
+            sides[f"flagos {variant}"] = probe if variant == first else run_child("flagos", variant, args, backing, table)
+    text, summary = report(sides, variants, LOSS_RTOL[backing])
+    print(f"platform {probe['platform']} (conformance record: {probe['gate']})")
     print(text)
     if args.profile:
-        Path(args.profile).write_text(
-            json.dumps({"plain": plain.pop("profile", None), "flagos": flagos.pop("profile", None)}, indent=1) + "\n"
-        )
+        Path(args.profile).write_text(json.dumps({k: s.pop("profile", None) for k, s in sides.items()}, indent=1) + "\n")
         print(f"host-time profiles written to {args.profile}")
     if args.json:
-        summary = {
-            "plain": plain,
-            "flagos": flagos,
-            "throughput_ratio": plain["ms_per_step"] / flagos["ms_per_step"],
-            "losses_agree": ok,
-        }
-        Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
-    sys.exit(0 if ok else 1)
+        Path(args.json).write_text(json.dumps({"sides": sides, **summary}, indent=1) + "\n")
+    sys.exit(0 if summary["all_agree"] else 1)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
-"""End to end, as CI runs it and as an agent following the skills would: onboard demo_chip (host
-backing) into a temporary platform folder, add one vendor kernel (add-vendor-kernel), run
-conformance on a subset, triage it, then load demo_chip in a fresh process with the vendor route
-active and train a small model on it, and count the vendor calls the way the skills do.
+"""End to end, as CI runs it and as an agent following the skills would: onboard a chip into a
+temporary platform folder, add one vendor kernel (add-vendor-kernel), run conformance on a subset,
+triage it, then load the chip in a fresh process with the vendor route active and train a small
+model on it, and count the vendor calls the way the skills do.
+
+Two flows: `demo_chip` on the host backing (CI), and `demo_gpu` made `--like nvidia_h200 --backing
+cuda` on a machine with a CUDA device (run on the H200 board; the subset exercises the native and
+vendor routes).
 
 Everything runs through the installed `torch-fl` command and fresh interpreters, so nothing of
 this test process (its own active platform, its imports) leaks in. Budget: 10 minutes on 2 cores;
@@ -19,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +75,7 @@ TRAIN = textwrap.dedent(
         "python_kernel": explanation.python_kernel,
         "vendor_dtypes": vendor.validated_dtypes,
         "vendor_calls": counts.get("vendor:aten::silu", 0),
-        "module_calls": sys.modules["torch_fl_vendor_demo_chip"].CALLS["silu"],
+        "module_calls": sys.modules[f"torch_fl_vendor_{active.name}"].CALLS["silu"],
         "loss_first": losses[0],
         "loss_last": losses[-1],
         "device": str(next(model.parameters()).device),
@@ -130,19 +135,21 @@ class Session:
         return json.loads(result.stdout)
 
 
-def test_onboard_add_kernel_conform_load_and_train(tmp_path):
+def onboard_to_training(tmp_path: Path, chip: str, onboard_options: list[str], backing: str) -> None:
     root = tmp_path / "repo"
     root.mkdir()
     s = Session(root)
-    folder = root / "plats" / "demo_chip"
+    folder = root / "plats" / chip
 
     # 1. onboard (onboard-new-chip, step 3)
-    onboarded = s.torch_fl("onboard", "--chip", "demo_chip", "--backing", "cpu", "--platforms-dir", "plats")
+    onboarded = s.torch_fl("onboard", "--chip", chip, *onboard_options, "--platforms-dir", "plats")
     assert onboarded["ok"] and {f["action"] for f in onboarded["files"]} == {"created"}
-    assert s.torch_fl("platforms", "show", "demo_chip")["descriptor"]["kernels"]["vendor"]["ops"] == {"aten::relu": "relu"}
+    shown = s.torch_fl("platforms", "show", chip)["descriptor"]
+    assert shown["backing"]["device"] == backing
+    assert shown["kernels"]["vendor"]["ops"] == {"aten::relu": "relu"}
 
     # 2. add one vendor kernel (add-vendor-kernel, steps 1-2): the command writes a stub, the agent the kernel
-    added = s.torch_fl("kernel", "add", "demo_chip", "--op", OP)
+    added = s.torch_fl("kernel", "add", chip, "--op", OP)
     assert added["ok"] and added["function"] == "silu" and added["stub_added"]
     module = folder / "vendor_kernels.py"
     text = module.read_text()
@@ -150,18 +157,18 @@ def test_onboard_add_kernel_conform_load_and_train(tmp_path):
     module.write_text(text[:stub].rstrip("\n") + "\n\n" + KERNEL)
 
     # 3. conformance on a subset (add-vendor-kernel, step 3), then triage
-    run = s.torch_fl("conformance", "run", "demo_chip", "--suite", "ops", "-k", SUBSET, "--paths", "native,vendor", "-n", "1", timeout=480)
+    run = s.torch_fl("conformance", "run", chip, "--suite", "ops", "-k", SUBSET, "--paths", "native,vendor", "-n", "1", timeout=480)
     assert run["ok"] and run["complete"], run
     assert run["by_path"]["vendor"]["passed"] >= 1 and run["distinct_failures"] == 0, run
     assert Path(run["record"]) == folder / "records" / Path(run["record"]).name
-    triaged = s.torch_fl("triage", "demo_chip")
+    triaged = s.torch_fl("triage", chip)
     assert triaged["ok"] and triaged["summary"]["failing"] == 0
 
-    # 4. load demo_chip in a fresh process: the vendor route is validated and serves training
-    result = s.run("train", [sys.executable, "-c", TRAIN], timeout=240, env={"FLAGOS_PLATFORM": "demo_chip"})
+    # 4. load the chip in a fresh process: the vendor route is validated and serves training
+    result = s.run("train", [sys.executable, "-c", TRAIN], timeout=240, env={"FLAGOS_PLATFORM": chip})
     assert result.returncode == 0, result.stdout + result.stderr[-4000:]
     seen = json.loads(result.stdout.strip().splitlines()[-1])
-    assert seen["platform"] == "demo_chip" and seen["device"].startswith("flagos")
+    assert seen["platform"] == chip and seen["device"].startswith("flagos")
     assert seen["gate"] == "valid" and seen["candidates"][0] == "vendor" and seen["python_kernel"]
     assert "float32" in seen["vendor_dtypes"]
     assert seen["vendor_calls"] >= 40 and seen["module_calls"] == seen["vendor_calls"]
@@ -169,6 +176,16 @@ def test_onboard_add_kernel_conform_load_and_train(tmp_path):
 
     # 5. the skills' own check of the same thing (onboard-new-chip step 8)
     (root / "train_step.py").write_text(WORKLOAD)
-    stats = s.torch_fl("routes", "stats", "demo_chip", "--workload", "train_step.py", "--steps", "3")
+    stats = s.torch_fl("routes", "stats", chip, "--workload", "train_step.py", "--steps", "3")
     assert {"op": OP, "path": "vendor", "calls": 3} in stats["counts"], stats["counts"]
     print("timings (s):", s.timings)
+
+
+def test_onboard_add_kernel_conform_load_and_train(tmp_path):
+    onboard_to_training(tmp_path, "demo_chip", ["--backing", "cpu"], "cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the H200 board)")
+def test_onboard_like_nvidia_h200_on_cuda(tmp_path):
+    onboard_to_training(tmp_path, "demo_gpu", ["--like", "nvidia_h200", "--backing", "cuda"], "cuda")

@@ -47,3 +47,56 @@ def test_emulated_route_on_flagos():
         back = y.to(torch.float32)
     assert torch.equal(y.cpu().view(torch.uint8), x.to(torch.float8_e4m3fn).view(torch.uint8))
     assert torch.equal(back.cpu(), x.to(torch.float8_e4m3fn).float())
+
+
+# ---- against the H200's FP8 hardware (run on the GPU board with FLAGOS_PLATFORM=nvidia_h200)
+
+
+def _flagos_on_cuda() -> bool:
+    import torch_fl
+    from torch_fl.runtime.device.core import backing
+
+    return torch.cuda.is_available() and torch_fl.is_active() and backing() == "cuda"
+
+
+on_fp8_hardware = pytest.mark.skipif(
+    not _flagos_on_cuda() or torch.cuda.get_device_capability() < (8, 9),
+    reason="needs flagos on CUDA backing over a GPU with FP8 tensor cores (sm_89 or newer)",
+)
+
+
+@pytest.mark.cuda
+@on_fp8_hardware
+@pytest.mark.parametrize("dtype", FP8)
+def test_casts_equal_the_gpu_conversion(dtype):
+    torch.manual_seed(0)
+    x = torch.cat([torch.randn(1 << 16) * s for s in (1e-3, 1, 100, 1e4)]).cuda()
+    on_flagos = x.to("flagos")
+    with forced("aten::_to_copy", "emulated"):
+        ours = on_flagos.to(dtype)
+    assert torch.equal(ours.cpu().view(torch.uint8), x.to(dtype).view(torch.uint8).cpu())
+
+
+@pytest.mark.cuda
+@on_fp8_hardware
+@pytest.mark.parametrize(
+    ("a_dtype", "b_dtype"),
+    [(torch.float8_e4m3fn, torch.float8_e4m3fn), (torch.float8_e4m3fn, torch.float8_e5m2), (torch.float8_e5m2, torch.float8_e4m3fn)],
+)
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_emulated_scaled_mm_matches_the_gpu_fp8_matmul(a_dtype, b_dtype, out_dtype):
+    """The emulated path against torch._scaled_mm on the GPU's FP8 tensor cores (per-tensor scales,
+    fp32 accumulation): products of FP8 values are exact in fp32, so only the summation order
+    differs (and bf16 rounding of the result)."""
+    torch.manual_seed(0)
+    m, k, n = 256, 512, 384
+    a = torch.randn(m, k, device="cuda").to(a_dtype)
+    b = torch.randn(n, k, device="cuda").to(b_dtype).t()  # column-major, as the hardware requires
+    scale_a, scale_b = torch.tensor(0.75, device="cuda"), torch.tensor(1.5, device="cuda")
+    hardware = torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype)
+    fa, fb = a.to("flagos"), b.to("flagos")
+    with forced("aten::_scaled_mm", "emulated"):
+        emulated = torch._scaled_mm(fa, fb, scale_a.to("flagos"), scale_b.to("flagos"), out_dtype=out_dtype)
+    assert emulated.device.type == "flagos" and emulated.dtype == out_dtype
+    tolerance = {"rtol": 1e-5, "atol": 1e-3} if out_dtype == torch.float32 else {"rtol": 8e-3, "atol": 1e-2}
+    torch.testing.assert_close(emulated.cpu(), hardware.cpu(), **tolerance)

@@ -39,12 +39,20 @@ def test_dispatch_overhead_bench(run_python, tmp_path):
 @pytest.mark.own_process
 def test_train_step_bench(run_python, tmp_path):
     out, prof = tmp_path / "train.json", tmp_path / "profile.json"
-    args = ["--config", "tiny", "--steps", "2", "--rounds", "1", "--warmup", "1"]
+    args = ["--config", "tiny", "--variants", "native-only,tuned", "--steps", "2", "--rounds", "1", "--warmup", "1"]
     args += ["--json", str(out), "--profile", str(prof)]
     result = run_python(script("bench/train_step.py", *args), env=PLATFORM)
-    assert "throughput ratio flagos/plain" in result.stdout and "losses agree" in result.stdout
+    assert "flagos native-only" in result.stdout and "flagos tuned" in result.stdout, result.stdout
     summary = json.loads(out.read_text())
-    assert summary["losses_agree"]
-    assert summary["plain"]["losses"] == pytest.approx(summary["flagos"]["losses"], rel=2e-2)
+    assert summary["all_agree"] and set(summary["ratios"]) == {"native-only", "tuned"}
+    sides = summary["sides"]
+    assert set(sides) == {"plain eager", "flagos native-only", "flagos tuned"}
+    plain = sides["plain eager"]["losses"]
+    for label in ("flagos native-only", "flagos tuned"):
+        assert sides[label]["losses"] == pytest.approx(plain, rel=2e-2)
+        assert sides[label]["calls_by_path"].get("native", 0) > 0
+    assert summary["ratios"]["native-only"] == pytest.approx(
+        sides["plain eager"]["ms_per_step"] / sides["flagos native-only"]["ms_per_step"], abs=1e-4
+    )
     profiles = json.loads(prof.read_text())
-    assert 0 < len(profiles["flagos"]) <= 30 and 0 < len(profiles["plain"]) <= 30
+    assert all(0 < len(profiles[label]) <= 30 for label in sides)

@@ -141,6 +141,7 @@ def _register_host_codegen() -> None:
     register_device_op_overrides(FLAGOS, _host_op_overrides())
     register_backend_for_device(FLAGOS, CppScheduling, _host_wrapper())
     _schedule_as_cpu()
+    _resolve_backend_as_cpu()
 
 
 def _schedule_as_cpu() -> None:
@@ -157,6 +158,33 @@ def _schedule_as_cpu() -> None:
 
     is_cpu._flagos = True  # type: ignore[attr-defined]
     BaseSchedulerNode.is_cpu = is_cpu
+
+
+def _resolve_backend_as_cpu() -> None:
+    """Inductor names the code generator of a device type with `get_current_backend`, which knows
+    cpu and sends every other type to the GPU backend: its dtype propagation then treats C++
+    kernels as Triton ones (indirect loads lose their dtype). Host flagos is answered as cpu; the
+    modules that imported the function by name get the same answer."""
+    import torch._inductor.codegen.common as common
+    import torch._inductor.kernel.mm_common as mm_common
+    import torch._inductor.scheduler as scheduler
+    import torch._inductor.utils as utils
+    from torch._inductor import config
+    from torch._inductor.virtualized import V
+
+    original = utils.get_current_backend
+    if getattr(original, "_flagos", False):
+        return
+
+    def get_current_backend(device_type: str | None = None) -> str:
+        if (device_type or V.graph.get_current_device_or_throw().type) == FLAGOS:
+            return config.cpu_backend
+        return original(device_type)
+
+    get_current_backend._flagos = True  # type: ignore[attr-defined]
+    for module in (utils, common, scheduler, mm_common):
+        if getattr(module, "get_current_backend", None) is original:
+            module.get_current_backend = get_current_backend
 
 
 def _host_op_overrides() -> Any:

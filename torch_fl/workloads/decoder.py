@@ -85,20 +85,27 @@ def batch(c: DecoderConfig, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def build(
-    c: DecoderConfig, device: str, dtype: torch.dtype = torch.float32, seed: int = 0, lr: float = 3e-3
+    c: DecoderConfig,
+    device: str,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    lr: float = 3e-3,
+    compiled: bool = False,
 ) -> tuple[DecoderLM, torch.optim.Optimizer, Callable[[], torch.Tensor]]:
     """Model, AdamW optimizer and a `step()` returning the (un-synchronised) loss tensor.
 
     The model is initialised on the CPU from `seed`, so every device starts from the same weights.
+    `compiled` runs its forward and backward through torch.compile (inductor); the optimizer stays eager.
     """
     torch.manual_seed(seed)
     model = DecoderLM(c).to(device=device, dtype=dtype)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=True)
     inputs, targets = (t.to(device) for t in batch(c, seed))
+    forward = torch.compile(model) if compiled else model
 
     def step() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
-        logits = model(inputs)
+        logits = forward(inputs)
         loss = F.cross_entropy(logits.float().view(-1, c.vocab), targets.view(-1))
         loss.backward()
         optimizer.step()
