@@ -216,12 +216,12 @@ def run_child(side: str, variant: str, args: argparse.Namespace, device: str, ta
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def agreement(flagos: dict, plain: dict, rtol: float) -> tuple[bool, float]:
-    """Do the per-step losses agree (all steps), and the largest relative difference."""
-    worst = max(
-        (abs(a - b) / max(abs(a), 1e-12) for a, b in zip(plain["losses"], flagos["losses"])), default=0.0
-    )
-    return len(flagos["losses"]) == len(plain["losses"]) and worst <= rtol, worst
+def agreement(flagos: dict, plain: dict, rtol: float, steps: int | None = None) -> tuple[bool, float]:
+    """Do the per-step losses agree over the first `steps` steps (None: all), and the largest
+    relative difference over all steps."""
+    diffs = [abs(a - b) / max(abs(a), 1e-12) for a, b in zip(plain["losses"], flagos["losses"])]
+    judged = diffs if steps is None else diffs[:steps]
+    return len(flagos["losses"]) == len(plain["losses"]) and max(judged, default=0.0) <= rtol, max(diffs, default=0.0)
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
@@ -232,7 +232,7 @@ def mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:.0f}"
 
 
-def report(sides: dict[str, dict], variants: list[str], rtol: float) -> tuple[str, dict]:
+def report(sides: dict[str, dict], variants: list[str], rtol: float, compiled_steps: int) -> tuple[str, dict]:
     """The side-by-side table and the summary (ratios, loss agreement)."""
     first = next(iter(sides.values()))
     lines = [
@@ -247,7 +247,12 @@ def report(sides: dict[str, dict], variants: list[str], rtol: float) -> tuple[st
         if s["side"] == "flagos":
             reference = sides["plain compiled" if s["variant"] == "compiled" else "plain eager"]
             value = reference["ms_per_step"] / s["ms_per_step"]
-            ok, worst = agreement(s, reference, rtol)
+            # Eager flagos runs the backing's own kernels: every step must agree. Inductor generates
+            # flagos' kernels separately (other fusions, other summation orders): the first steps
+            # must agree, after which bf16 training amplifies rounding chaotically (plain compiled
+            # and plain eager drift apart just as much; both drifts are printed).
+            steps = compiled_steps if s["variant"] == "compiled" else None
+            ok, worst = agreement(s, reference, rtol, steps)
             summary["ratios"][s["variant"]] = round(value, 4)
             summary["losses_agree"][s["variant"]] = ok
             summary["worst_loss_rel_diff"][s["variant"]] = worst
@@ -258,7 +263,14 @@ def report(sides: dict[str, dict], variants: list[str], rtol: float) -> tuple[st
             f"{label:24s}{fmt(s['ms_per_step']):>10s}{fmt(s['host_enqueue_ms']):>10s}{fmt(s['device_ms']):>10s}"
             f"{mib(s['peak_memory_bytes']):>10s}{fmt(s['warmup_s'], 1):>10s}{ratio:>10s}{agree:>9s}  {paths}{gate}"
         )
-    lines.append(f"losses: relative tolerance {rtol:g} against the plain side of the same mode, every step")
+    lines.append(
+        f"losses: relative tolerance {rtol:g} against the plain side of the same mode, every step "
+        f"(compiled: the first {compiled_steps}); largest relative difference over all steps: "
+        + ", ".join(f"{v} {d:.2e}" for v, d in summary["worst_loss_rel_diff"].items())
+    )
+    if "plain compiled" in sides:
+        _, drift = agreement(sides["plain compiled"], sides["plain eager"], rtol)
+        lines.append(f"for scale, plain compiled against plain eager: largest relative difference {drift:.2e}")
     steps = min(LOSSES_SHOWN, len(first["losses"]))
     lines.append("first losses: " + "; ".join(
         f"{label} " + " ".join(f"{x:.4f}" for x in s["losses"][:steps]) for label, s in sides.items()
@@ -305,7 +317,7 @@ def main() -> None:
             sides["plain compiled"] = run_child("plain", "compiled", args, backing, table)
         for variant in variants:
             sides[f"flagos {variant}"] = probe if variant == first else run_child("flagos", variant, args, backing, table)
-    text, summary = report(sides, variants, LOSS_RTOL[backing])
+    text, summary = report(sides, variants, LOSS_RTOL[backing], compiled_steps=args.warmup)
     print(f"platform {probe['platform']} (conformance record: {probe['gate']})")
     print(text)
     if args.profile:

@@ -143,3 +143,14 @@ def test_bad_selection_is_refused_before_anything_runs() -> None:
         validate(RunOptions("host_ref", paths=["gpu"]))
     with pytest.raises(ValueError, match=">= 1"):
         validate(RunOptions("host_ref", workers="0"))
+
+
+def test_model_reference_script_takes_the_launchers_arguments() -> None:
+    """The model case's reference for a device backing runs decoder.py through run_script (which
+    appends the output path); on the host the same script must give the in-process losses."""
+    from torch_fl.conformance.launch import run_script
+    from torch_fl.workloads import decoder
+
+    env = {"FLAGOS_PLATFORM": None, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    result = run_script(Path(decoder.__file__), ["cpu", "2", "tiny"], env, timeout=300)
+    assert result["losses"] == pytest.approx(decoder.train(decoder.CONFIGS["tiny"], "cpu", 2), rel=1e-6)

@@ -85,9 +85,11 @@ def test_casts_equal_the_gpu_conversion(dtype):
 )
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
 def test_emulated_scaled_mm_matches_the_gpu_fp8_matmul(a_dtype, b_dtype, out_dtype):
-    """The emulated path against torch._scaled_mm on the GPU's FP8 tensor cores (per-tensor scales,
-    fp32 accumulation): products of FP8 values are exact in fp32, so only the summation order
-    differs (and bf16 rounding of the result)."""
+    """The emulated path against torch._scaled_mm on the GPU's FP8 tensor cores (per-tensor
+    scales), both measured against a float64 product of the same FP8 values. The hardware's
+    accumulator is narrower than float32 (measured on the H200: up to 0.024 absolute on outputs of
+    about 25 with float32 results), so the emulation, which accumulates in float32, must be at
+    least as accurate as the hardware, not equal to it."""
     torch.manual_seed(0)
     m, k, n = 256, 512, 384
     a = torch.randn(m, k, device="cuda").to(a_dtype)
@@ -98,5 +100,11 @@ def test_emulated_scaled_mm_matches_the_gpu_fp8_matmul(a_dtype, b_dtype, out_dty
     with forced("aten::_scaled_mm", "emulated"):
         emulated = torch._scaled_mm(fa, fb, scale_a.to("flagos"), scale_b.to("flagos"), out_dtype=out_dtype)
     assert emulated.device.type == "flagos" and emulated.dtype == out_dtype
-    tolerance = {"rtol": 1e-5, "atol": 1e-3} if out_dtype == torch.float32 else {"rtol": 8e-3, "atol": 1e-2}
-    torch.testing.assert_close(emulated.cpu(), hardware.cpu(), **tolerance)
+    reference = (a.cpu().double() * 0.75) @ (b.cpu().double() * 1.5)
+    size = reference.abs().max().item()
+    error_hw = (hardware.cpu().double() - reference).abs().max().item()
+    error_em = (emulated.cpu().double() - reference).abs().max().item()
+    # float32: summation order only; bfloat16: plus rounding the result (half an ulp, 2**-9 relative)
+    allowance = size * (1e-5 if out_dtype == torch.float32 else 2**-8)
+    assert error_em <= max(error_hw, allowance), (error_em, error_hw, size)
+    assert error_hw <= size * 2e-3, "the GPU's own FP8 matmul is off: the comparison means nothing"

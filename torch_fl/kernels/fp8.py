@@ -1,9 +1,10 @@
 """FP8 (e4m3fn, e5m2) in software: float32 <-> FP8 bit patterns by arithmetic only.
 
-For chips without FP8 hardware: encoding rounds to nearest-even and follows PyTorch's own
-conversion rules (e4m3fn has no infinity and saturates: |x| >= 464 and +-inf become +-448; e5m2
-overflows to infinity at |x| >= 61440), so results are bit-identical to `tensor.to(float8)` on
-PyTorch's CPU kernels.
+For chips without FP8 hardware: encoding rounds to nearest-even and follows the running PyTorch's
+conversion rules, so results are bit-identical to `tensor.to(float8)` on its CPU (and CUDA)
+kernels. e5m2 overflows to infinity at |x| >= 61440. e4m3fn has no infinity, and what |x| >= 464
+and +-inf become changed between releases (measured: +-448 in torch 2.13, NaN in 2.11): the rule
+is probed once, from PyTorch itself, when this module loads.
 """
 from __future__ import annotations
 
@@ -18,16 +19,21 @@ class Format:
     mantissa_bits: int
     bias: int
     overflow: float  # |x| at or above this does not fit
-    has_inf: bool  # overflow gives infinity; otherwise it saturates to the largest finite value
+    has_inf: bool  # overflow gives infinity; otherwise it saturates or becomes NaN
     max_finite_bits: int
+    saturates: bool = False  # without infinity: overflow gives the largest finite value, not NaN
 
     @property
     def min_exponent(self) -> int:
         return 1 - self.bias
 
 
+def _pytorch_saturates(dtype: torch.dtype) -> bool:
+    return torch.tensor([1e9]).to(dtype).view(torch.uint8).item() != 0x7F
+
+
 FORMATS = {
-    torch.float8_e4m3fn: Format(torch.float8_e4m3fn, 3, 7, 464.0, False, 0x7E),
+    torch.float8_e4m3fn: Format(torch.float8_e4m3fn, 3, 7, 464.0, False, 0x7E, _pytorch_saturates(torch.float8_e4m3fn)),
     torch.float8_e5m2: Format(torch.float8_e5m2, 2, 15, 61440.0, True, 0x7B),
 }
 
@@ -54,7 +60,10 @@ def encode(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     mantissa = torch.where(normal, rounded / scale - 1, rounded / scale) * (1 << f.mantissa_bits)
     bits = sign | (exp_field << f.mantissa_bits) | torch.round(mantissa).to(torch.int32)
     nan_bits = sign | 0x7F
-    overflow_bits = sign | ((0x1F << f.mantissa_bits) if f.has_inf else f.max_finite_bits)
+    if f.has_inf:
+        overflow_bits = sign | (0x1F << f.mantissa_bits)
+    else:
+        overflow_bits = (sign | f.max_finite_bits) if f.saturates else nan_bits
     bits = torch.where(a >= f.overflow, overflow_bits, bits)
     bits = torch.where(torch.isnan(x), nan_bits, bits)
     return bits.to(torch.uint8)

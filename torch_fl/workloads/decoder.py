@@ -2,7 +2,7 @@
 
 One definition serves every place that trains "a small transformer": the route tuner's default
 workload, bench/train_step.py and the conformance model case. It depends on torch alone, and is a
-script too: `python decoder.py DEVICE STEPS OUT_JSON [CONFIG]` writes the per-step losses, for
+script too: `python decoder.py DEVICE STEPS [CONFIG] OUT_JSON` writes the per-step losses, for
 references that must run in a process that never imports torch_fl (on a CUDA machine, a process
 with flagos registered cannot run autograd over plain CUDA tensors: pytorch/pytorch#161129).
 """
@@ -121,7 +121,7 @@ def train(c: DecoderConfig, device: str, steps: int, dtype: torch.dtype = torch.
 
 
 if __name__ == "__main__":
-    device_name, step_count, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    config = CONFIGS[sys.argv[4] if len(sys.argv) > 4 else "tiny"]
+    device_name, step_count, *config_name, out_path = sys.argv[1:]
+    config = CONFIGS[config_name[0] if config_name else "tiny"]
     with open(out_path, "w") as f:
-        json.dump({"losses": train(config, device_name, step_count), "torch": torch.__version__}, f)
+        json.dump({"losses": train(config, device_name, int(step_count)), "torch": torch.__version__}, f)
