@@ -58,6 +58,23 @@ def test_load_record_roundtrip_and_missing(tmp_path):
     assert record_path(folder, "2.13") == folder / "records" / "torch-2.13.json"
 
 
+def test_gated_cases_are_cached_and_a_rewritten_record_is_read_afresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLAGOS_CACHE_DIR", str(tmp_path / "cache"))
+    folder = copy_platform(tmp_path, "host_ref")
+    emulated = {"id": "ops/aten::_to_copy/float8_e4m3fn/emulated/forward", "suite": "ops", "op": "aten::_to_copy",
+                "dtype": "float8_e4m3fn", "path": "emulated", "status": "passed", "message": "", "fingerprint": None,
+                "duration_s": 0.01}
+    written = write_record(folder, cases=[write_record(folder).cases[0].model_dump(), emulated])
+    skip = frozenset({"native", "cpu"})
+    first = load_record(folder, "2.13", skip_paths=skip)
+    assert [c.path for c in first.cases] == ["emulated"] and first.descriptor_hash == written.descriptor_hash
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1
+    assert load_record(folder, "2.13", skip_paths=skip) == first  # from the cache
+    write_record(folder, cases=[{**emulated, "status": "failed"}])  # a new run rewrites the record
+    assert [c.status for c in load_record(folder, "2.13", skip_paths=skip).cases] == ["failed"]
+    assert load_record(folder, "2.13").cases[0].status == "failed"
+
+
 def test_malformed_record_is_an_error(tmp_path):
     folder = copy_platform(tmp_path, "host_ref")
     write_record(folder)

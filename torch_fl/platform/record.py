@@ -18,12 +18,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from torch_fl import env
+from torch_fl.fileio import write_atomically
 from torch_fl.platform.descriptor import PlatformDescriptor
 from torch_fl.platform.errors import RecordError
 from torch_fl.platform.versions import minor_line, release
 
 RECORD_FORMAT = 1
 RECORDS_DIR = "records"
+env.register(
+    "FLAGOS_CACHE_DIR", None,
+    "Where torch-fl keeps data derived from platform files, such as the gated part of each conformance "
+    "record read during `import torch` (default: ~/.cache/torch_fl/records).",
+)
 CaseStatus = Literal["passed", "failed", "error", "crashed", "timeout", "skipped"]
 RecordState = Literal["valid", "stale", "missing"]
 STATUS_WORDS: dict[str, str] = {"valid": "validated", "stale": "stale", "missing": "unvalidated"}
@@ -87,11 +94,21 @@ def record_path(directory: Path, torch_line: str) -> Path:
     return Path(directory) / RECORDS_DIR / f"torch-{torch_line}.json"
 
 
+def _gated_copy(path: Path, skip_paths: frozenset[str]) -> Path:
+    """Where the record at `path`, less its cases on `skip_paths`, is cached: named by the file's
+    identity (place, size, modification time), so an edited or rewritten record is read afresh."""
+    stat = path.stat()
+    key = f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{','.join(sorted(skip_paths))}"
+    root = env.get("FLAGOS_CACHE_DIR") or Path.home() / ".cache" / "torch_fl" / "records"
+    return Path(root) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+
 def load_record(directory: Path, torch_line: str, skip_paths: frozenset[str] = frozenset()) -> Record | None:
     """The record for `torch_line`, None when there is none; a malformed file is a RecordError.
 
     Cases on `skip_paths` are left out unread: gating, which runs during `import torch`, needs
-    only the cases of the paths it gates, a few hundred of tens of thousands.
+    only the cases of the paths it gates, a few hundred of tens of thousands. That part is cached
+    after the first read (parsing a record of megabytes costs about 0.1 s of every import).
     """
     path = record_path(directory, torch_line)
     if not path.is_file():
@@ -99,10 +116,20 @@ def load_record(directory: Path, torch_line: str, skip_paths: frozenset[str] = f
     try:
         if not skip_paths:
             return Record.model_validate_json(path.read_bytes())
+        cached = _gated_copy(path, skip_paths)
+        try:
+            return Record.model_validate_json(cached.read_bytes())
+        except (OSError, ValueError):  # not cached yet (or unreadable): read the record itself
+            pass
         data = json.loads(path.read_bytes())
         if isinstance(data, dict) and isinstance(data.get("cases"), list):
             data["cases"] = [c for c in data["cases"] if not (isinstance(c, dict) and c.get("path") in skip_paths)]
-        return Record.model_validate(data)
+        record = Record.model_validate(data)
+        try:
+            write_atomically(cached, record.model_dump_json())
+        except OSError:  # a read-only home only costs the next import the full read
+            pass
+        return record
     except json.JSONDecodeError as exc:
         raise RecordError(f"{path}: not valid JSON: {exc}") from None
     except ValidationError as exc:

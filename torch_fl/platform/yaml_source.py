@@ -15,18 +15,19 @@ from typing import Any
 
 import yaml as pyyaml
 
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.scalarbool import ScalarBoolean
-from ruamel.yaml.scalarfloat import ScalarFloat
-from ruamel.yaml.scalarint import ScalarInt
-
 from torch_fl.platform.errors import DescriptorError, Issue, Loc
+
+# ruamel.yaml is imported where it is used: a descriptor that loads cleanly never needs it, and
+# importing it costs about 30 ms of `import torch`.
 
 
 def _plain(node: Any) -> Any:
     """Round-trip node -> plain dict/list/str/int/float/bool, so validation sees ordinary types."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.scalarbool import ScalarBoolean
+    from ruamel.yaml.scalarfloat import ScalarFloat
+    from ruamel.yaml.scalarint import ScalarInt
+
     if isinstance(node, CommentedMap):
         return {_plain(k): _plain(v) for k, v in node.items()}
     if isinstance(node, CommentedSeq):
@@ -65,6 +66,11 @@ _FastLoader.add_implicit_resolver(
 )
 
 
+def fast_load(text: str) -> Any:
+    """Plain data of a YAML text through libyaml (raises PyYAML's YAMLError on bad input)."""
+    return pyyaml.load(text, Loader=_FastLoader)
+
+
 @dataclass
 class YamlDocument:
     """A parsed YAML file: its plain data, and (parsed on demand) the tree that knows the lines."""
@@ -85,6 +91,8 @@ class YamlDocument:
         For a key that exists this is the key's line; for a missing key it is the line of the
         nearest enclosing key that exists (the parent mapping).
         """
+        from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
         node = self.tree()
         line = node.lc.line + 1 if isinstance(node, (CommentedMap, CommentedSeq)) else 1
         for part in loc:
@@ -101,6 +109,9 @@ class YamlDocument:
 
 def _round_trip(path: Path, text: str) -> Any:
     """The round-trip tree; a syntax error becomes a DescriptorError naming the parser's line."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
     try:
         return YAML(typ="rt").load(text)
     except MarkedYAMLError as exc:
@@ -119,7 +130,7 @@ def load_yaml(path: Path) -> YamlDocument:
     except OSError as exc:
         raise DescriptorError(f"cannot read the file: {exc.strerror or exc}", file=path) from None
     try:
-        data = pyyaml.load(text, Loader=_FastLoader)
+        data = fast_load(text)
     except pyyaml.YAMLError:
         tree = _round_trip(path, text)  # raises with ruamel's line and wording
         return YamlDocument(path=path, data=_plain(tree), text=text, _tree=tree)

@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from torch_fl.fileio import write_atomically
 from torch_fl.platform.descriptor import KERNEL_SETS
+from torch_fl.platform.yaml_source import fast_load
 
 FORMAT = 1
 
@@ -71,7 +70,10 @@ class RouteTable(_Model):
     ops: dict[str, OpRoute] = Field(default_factory=dict)
 
 
-def _yaml() -> YAML:
+def _yaml() -> Any:
+    """ruamel's round-trip YAML, for writing tables and for naming a syntax error's place."""
+    from ruamel.yaml import YAML
+
     yaml = YAML()
     yaml.preserve_quotes = True
     yaml.indent(mapping=2, sequence=4, offset=2)
@@ -91,9 +93,12 @@ def _check_paths(table: RouteTable, where: str) -> None:
 
 def parse(text: str, where: str) -> RouteTable:
     try:
-        data = _yaml().load(text) or {}
-    except Exception as exc:  # ruamel raises several parser error types
-        raise RouteTableError(f"{where}: not valid YAML: {exc}") from None
+        data = fast_load(text) or {}  # libyaml: tables are read during `import torch`
+    except Exception:  # noqa: BLE001 - ruamel's parser says what is wrong, and where
+        try:
+            data = _yaml().load(text) or {}
+        except Exception as exc:  # ruamel raises several parser error types
+            raise RouteTableError(f"{where}: not valid YAML: {exc}") from None
     try:
         table = RouteTable.model_validate(_plain(data))
     except ValidationError as exc:
@@ -121,6 +126,8 @@ def _plain(data: Any) -> Any:
 
 def _compact(data: Any, key: str = "") -> Any:
     """Plain data -> ruamel nodes: short lists and leaf mappings on one line, empty buckets dropped."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
     if isinstance(data, dict):
         items = {k: _compact(v, k) for k, v in data.items() if not (k == "buckets" and not v)}
         node = CommentedMap(items)

@@ -4,7 +4,11 @@
    candidate besides native, with a copy of its first inputs per shape bucket (replaying real
    values keeps index-taking ops in range).
 2. Measure: replay each (op, bucket) through every candidate the conformance gate allows, with
-   warm-up first (FlagGems autotunes and compiles on its first call per shape).
+   warm-up first (FlagGems autotunes and compiles on its first call per shape). The first call of
+   each candidate, on fresh copies of the inputs, must agree with native's at the workload's own
+   shapes (conformance samples are small; a kernel can pass them and still fail at the sizes a
+   model uses, as FlagGems layer-norm and GELU backward did on the H200): one that does not is
+   never chosen.
 3. Decide per op, counting the workload's calls: a Python route kernel, once installed, serves
    every call of its op, so the native calls it leaves pay the Python-route overhead too; an op
    gets buckets only when its net gain over the whole workload is positive.
@@ -25,6 +29,7 @@ import torch
 from torch.utils._pytree import tree_map
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from torch_fl.conformance.compare import reduction_length, tolerances
 from torch_fl.kernels.base import op_name
 from torch_fl.routing.runtime import C_PATHS, Router, forced
 from torch_fl.routing.table import Bucket, OpRoute, Provenance
@@ -128,15 +133,59 @@ class TuneReport:
         return asdict(self)
 
 
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [t for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _fresh(sample: Sample) -> tuple[Any, Any]:
+    """Copies of the sample's inputs: in-place candidates must not see each other's writes."""
+    return tree_map(lambda a: a.clone() if isinstance(a, torch.Tensor) else a, (sample.args, sample.kwargs))
+
+
+def disagreement(actual: Any, expected: Any, inputs: list[torch.Tensor]) -> Optional[str]:
+    """How a candidate's results depart from native's on the same inputs, or None.
+
+    Checked on the device, in float32, with conformance's tolerances doubled (both results carry
+    rounding error); NaN must match NaN, integers and bool must be equal.
+    """
+    got, want = _tensors(actual), _tensors(expected)
+    if len(got) != len(want):
+        return f"{len(got)} results, native gave {len(want)}"
+    for i, (a, e) in enumerate(zip(got, want)):
+        if a.shape != e.shape:
+            return f"result {i}: shape {list(a.shape)}, native {list(e.shape)}"
+        if not (e.is_floating_point() or e.is_complex()):
+            if not torch.equal(a, e.to(a.dtype)):
+                return f"result {i}: values differ from native"
+            continue
+        rtol, atol = tolerances(e.dtype, reduction_length(inputs, e)) or (0.0, 0.0)
+        a32, e32 = (torch.view_as_real(x) if x.is_complex() else x.float() for x in (a, e))
+        ok = ((a32 - e32).abs() <= 2 * (atol + rtol * e32.abs())) | (a32 == e32) | (a32.isnan() & e32.isnan())
+        if not bool(ok.all()):
+            return f"result {i}: {int((~ok).sum())}/{ok.numel()} elements differ from native (rtol {2 * rtol:g}, atol {2 * atol:g})"
+    return None
+
+
 def measure(sample: Sample, paths: list[str]) -> Measurement:
     m = Measurement(sample.op, sample.bound, str(sample.dtype).replace("torch.", ""), sample.calls)
-    for path in paths:
+    # seeded random ops draw differently on every path; their values cannot be compared
+    checked = torch.Tag.nondeterministic_seeded not in getattr(sample.overload, "tags", ())
+    expected: Any = None
+    for path in sorted(paths, key=lambda p: p != "native"):  # native first: the others are checked against it
         try:
             with forced(sample.op, path):
+                args, kwargs = _fresh(sample)
                 start = time.perf_counter()
-                sample.overload(*sample.args, **sample.kwargs)
+                result = sample.overload(*args, **kwargs)
                 _synchronize()
                 m.first_call_s[path] = round(time.perf_counter() - start, 4)
+                if path == "native":
+                    expected = result
+                elif checked and expected is not None:
+                    problem = disagreement(result, expected, _tensors(args))
+                    if problem is not None:
+                        m.errors[path] = f"wrong values at this shape: {problem}"
+                        continue
                 m.us[path] = round(time_call(lambda: sample.overload(*sample.args, **sample.kwargs)), 2)
         except Exception as exc:  # a candidate that fails here is simply not chosen
             m.errors[path] = f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -187,8 +236,12 @@ def tune(
     include_gemm: bool = False,
     min_gain: float = 0.05,
     progress: Callable[[str], None] = lambda message: None,
+    isolate: bool = True,
 ) -> TuneReport:
-    """Record, measure, decide and check; installs the tuned buckets in `router` when they win."""
+    """Record, measure, decide and check; installs the tuned buckets in `router` when they win.
+
+    `isolate` measures in worker processes (torch_fl.routing.tuner_worker), so that a candidate
+    that crashes or poisons the device costs only its own sample."""
 
     def tunable(op: str) -> bool:
         if op in GEMM_OPS and not include_gemm:
@@ -204,8 +257,8 @@ def tune(
         step()
     _synchronize()
     progress(f"recorded {len(recorder.samples)} (op, shape bucket) samples")
-    measurements = []
-    for i, sample in enumerate(recorder.samples.values()):
+    pending = []
+    for sample in recorder.samples.values():
         plan = router.plan(sample.op)
         allowed = [
             p for p in plan.candidates
@@ -214,8 +267,16 @@ def tune(
             and router.gate.allows(sample.op, sample.dtype, p)
         ]
         if len(allowed) > 1:
+            pending.append((sample, allowed))
+    if isolate and pending:
+        from torch_fl.routing.tuner_worker import measure_isolated
+
+        measurements = measure_isolated(pending, router.descriptor.name, progress)
+    else:
+        measurements = []
+        for i, (sample, allowed) in enumerate(pending):
             measurements.append(measure(sample, allowed))
-        progress(f"measured {i + 1}/{len(recorder.samples)} {sample.op} <= {sample.bound}")
+            progress(f"measured {i + 1}/{len(pending)} {sample.op} <= {sample.bound}")
     overhead = python_route_overhead()
     chosen = decide(measurements, overhead, min_gain)
 

@@ -1,0 +1,112 @@
+"""The tuner's measurements in worker processes, so that a candidate kernel that crashes cannot end
+the tuning with it.
+
+A kernel that faults on the device (an illegal memory access on CUDA) poisons the whole process: the
+error is sticky, and every later call, native ones included, fails too. Measured on the H200, where
+FlagGems backward kernels validated on conformance's small samples faulted at a transformer's
+shapes. So the parent saves the recorded samples and a worker measures them one by one, journaling
+each result; a worker that dies, or whose device stops answering after a candidate failed, is
+replaced by a fresh one that continues after the sample it was on, and that sample keeps native.
+
+    python -m torch_fl.routing.tuner_worker SAMPLES JOURNAL START
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torch_fl.conformance import journal
+from torch_fl.routing.tuner import Measurement, Sample, measure
+
+# The worker exits with this status when its device stopped answering after a failed candidate.
+POISONED = 3
+
+
+def _resolve(name: str) -> Any:
+    """aten::add.Tensor -> torch.ops.aten.add.Tensor"""
+    namespace, _, rest = name.partition("::")
+    op, _, overload = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
+
+
+def device_answers() -> bool:
+    try:
+        torch.flagos.synchronize()
+        return torch.ones(1, device="flagos").add_(1).item() == 2.0
+    except Exception:  # noqa: BLE001 - any failure means the device is gone for this process
+        return False
+
+
+def work(samples_file: Path, journal_file: Path, start: int) -> int:
+    """Measure samples[start:], journaling each; the exit status."""
+    payload = torch.load(samples_file, weights_only=False)
+    for i in range(start, len(payload)):
+        item = payload[i]
+        journal.append(journal_file, {"index": i, "started": True})
+        sample = Sample(item["op"], _resolve(item["op"]), item["bound"], item["dtype"], item["args"], item["kwargs"], item["calls"])
+        m = measure(sample, item["paths"])
+        journal.append(journal_file, {"index": i, "measurement": asdict(m)})
+        if m.errors and not device_answers():
+            return POISONED
+    return 0
+
+
+def measure_isolated(
+    samples: list[tuple[Sample, list[str]]], platform: str, progress: Callable[[str], None] = lambda message: None
+) -> list[Measurement]:
+    """Each (sample, candidate paths) measured in worker processes of platform `platform`."""
+    payload = [
+        {"op": s.op, "bound": s.bound, "dtype": s.dtype, "args": s.args, "kwargs": s.kwargs, "calls": s.calls, "paths": paths}
+        for s, paths in samples
+    ]
+    done: dict[int, Measurement] = {}
+    with tempfile.TemporaryDirectory(prefix="torch-fl-tune-") as scratch:
+        samples_file, journal_file = Path(scratch) / "samples.pt", Path(scratch) / "journal.jsonl"
+        torch.save(payload, samples_file)
+        env = {**os.environ, "FLAGOS_PLATFORM": platform}
+        start = 0
+        while start < len(payload):
+            command = [sys.executable, "-m", "torch_fl.routing.tuner_worker", str(samples_file), str(journal_file), str(start)]
+            worker = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            reader = journal.Reader(journal_file)
+            started: int | None = None
+
+            def collect() -> None:
+                nonlocal started
+                for entry in reader.new():
+                    if "measurement" in entry:
+                        done[entry["index"]] = Measurement(**entry["measurement"])
+                        progress(f"measured {len(done)}/{len(payload)} {payload[entry['index']]['op']} <= {payload[entry['index']]['bound']}")
+                    else:
+                        started = entry["index"]
+
+            while worker.poll() is None:
+                time.sleep(0.2)
+                collect()
+            stderr = worker.stderr.read() if worker.stderr else ""
+            collect()
+            if worker.returncode not in (0, POISONED) and started is not None and started not in done:
+                item = payload[started]
+                tail = " | ".join(stderr.strip().splitlines()[-3:])[-300:]
+                done[started] = Measurement(
+                    item["op"], item["bound"], str(item["dtype"]).replace("torch.", ""), item["calls"],
+                    errors={"worker": f"the measuring process died (exit {worker.returncode}): {tail}"},
+                )
+                progress(f"sample {started} ({item['op']}) ended its worker: kept on native")
+            elif worker.returncode not in (0, POISONED) and not done:
+                raise RuntimeError(f"the tuning worker failed before measuring anything (exit {worker.returncode}): {stderr[-2000:]}")
+            start = max(done, default=-1) + 1
+    return [done[i] for i in sorted(done)]
+
+
+if __name__ == "__main__":  # importing torch (with FLAGOS_PLATFORM set) activated the platform
+    sys.exit(work(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])))
