@@ -4,6 +4,8 @@
 # to $OUT/<stage>.log. The stages share one deadline (BUDGET seconds from the start, default 570),
 # so that a long conformance run leaves its journal for `--resume` instead of being cut by the
 # caller. Usage: STAGES="tests conformance" bash bench/run_h200.sh
+# The record is a tracked file: copy the one a run leaves in $OUT into the checkout before a later
+# call, or that call starts from the checkout's old record (its journal, being ignored, stays).
 #
 #   tests        runtime, compile, distributed (one GPU), FP8 against the GPU, onboarding --like nvidia_h200
 #   conformance  torch-fl conformance run nvidia_h200 ($CONFORMANCE_ARGS; add --resume to continue)

@@ -73,11 +73,13 @@ def measure_isolated(
         samples_file, journal_file = Path(scratch) / "samples.pt", Path(scratch) / "journal.jsonl"
         torch.save(payload, samples_file)
         env = {**os.environ, "FLAGOS_PLATFORM": platform}
+        reader = journal.Reader(journal_file)
         start = 0
         while start < len(payload):
             command = [sys.executable, "-m", "torch_fl.routing.tuner_worker", str(samples_file), str(journal_file), str(start)]
-            worker = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            reader = journal.Reader(journal_file)
+            log = Path(scratch) / f"worker-{start}.log"  # a file, not a pipe: a chatty worker never blocks
+            with open(log, "w") as stderr_file:
+                worker = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr_file)
             started: int | None = None
 
             def collect() -> None:
@@ -89,11 +91,12 @@ def measure_isolated(
                     else:
                         started = entry["index"]
 
+            measured_before = len(done)
             while worker.poll() is None:
                 time.sleep(0.2)
                 collect()
-            stderr = worker.stderr.read() if worker.stderr else ""
             collect()
+            stderr = log.read_text(errors="replace")
             if worker.returncode not in (0, POISONED) and started is not None and started not in done:
                 item = payload[started]
                 tail = " | ".join(stderr.strip().splitlines()[-3:])[-300:]
@@ -102,7 +105,7 @@ def measure_isolated(
                     errors={"worker": f"the measuring process died (exit {worker.returncode}): {tail}"},
                 )
                 progress(f"sample {started} ({item['op']}) ended its worker: kept on native")
-            elif worker.returncode not in (0, POISONED) and not done:
+            elif len(done) == measured_before:  # died before its first sample: a new one would too
                 raise RuntimeError(f"the tuning worker failed before measuring anything (exit {worker.returncode}): {stderr[-2000:]}")
             start = max(done, default=-1) + 1
     return [done[i] for i in sorted(done)]
