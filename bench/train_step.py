@@ -14,9 +14,12 @@ The flagos variants:
     compiled        torch.compile(model) with inductor, the platform's routes.yaml for extern kernels
 
 Each eager variant is compared with plain eager, `compiled` with plain compiled. Every side runs in
-a process of its own, one after the other, so that no route table, compiled graph or allocator
-state leaks from one into the next; the plain sides never import torch_fl (a process where flagos is
-registered cannot run autograd over plain CUDA tensors; see torch_fl.activation).
+a process of its own, so that no route table, compiled graph or allocator state leaks from one into
+the next; the plain sides never import torch_fl (a process where flagos is registered cannot run
+autograd over plain CUDA tensors; see torch_fl.activation). The sides are built and warmed up one
+after the other, then stay alive while the timed rounds interleave (each side in turn), so that
+the machine's drifts touch them alike. A side whose process dies (a kernel that faults the device)
+is reported as failed, and the others are still measured.
 
 Printed per side: ms per step (back-to-back steps, one synchronisation at the end, median of
 rounds), host enqueue ms per step (the device idle before it), device ms per step (events), peak
@@ -118,76 +121,108 @@ def profile(step: Callable[[], torch.Tensor], sync: Callable[[], None], steps: i
     return rows[:top]
 
 
-def run_side(side: str, variant: str, args: argparse.Namespace) -> dict:
-    """Build the workload on this side's device, warm it up, time it; the result as a dict."""
-    if side == "flagos":
-        import torch_fl
-        from torch_fl.routing import router
-        from torch_fl.runtime.device.core import backing as current_backing
+class SideRunner:
+    """One side, in its own process: the workload built on this side's device and warmed up;
+    timed rounds on demand; its result at the end."""
 
-        if not torch_fl.is_active():
-            sys.exit("flagos is not active here (on a CUDA machine set FLAGOS_PLATFORM, e.g. nvidia_h200)")
-        device, backing = "flagos", current_backing()
-        spec = VARIANTS[variant]
-    else:
-        device = backing = args.device
-        spec = PLAIN[variant]
-    decoder = workload()
-    config = decoder.CONFIGS[args.config or DEFAULT_CONFIG[backing]]
-    dtype = torch.bfloat16 if backing == "cuda" else torch.float32
-    sync, event, peak, reset_peak = device_api(device)
-    reset_peak()
-    _, _, step = decoder.build(config, device, dtype, compiled=spec.compiled)
-    started = time.perf_counter()
-    losses = [step() for _ in range(args.warmup)]  # includes compilation and FlagGems autotuning
-    sync()
-    warmup_s = time.perf_counter() - started
-    rounds: list[float] = []
-    for _ in range(args.rounds):
-        sync()
+    def __init__(self, side: str, variant: str, args: argparse.Namespace) -> None:
+        if side == "flagos":
+            import torch_fl
+            from torch_fl.runtime.device.core import backing as current_backing
+
+            if not torch_fl.is_active():
+                sys.exit("flagos is not active here (on a CUDA machine set FLAGOS_PLATFORM, e.g. nvidia_h200)")
+            self.device, self.backing = "flagos", current_backing()
+            spec = VARIANTS[variant]
+        else:
+            self.device = self.backing = args.device
+            spec = PLAIN[variant]
+        self.side, self.variant, self.args = side, variant, args
+        decoder = workload()
+        self.config = decoder.CONFIGS[args.config or DEFAULT_CONFIG[self.backing]]
+        self.dtype = torch.bfloat16 if self.backing == "cuda" else torch.float32
+        self.sync, self.event, self.peak, reset_peak = device_api(self.device)
+        reset_peak()
+        _, _, self.step = decoder.build(self.config, self.device, self.dtype, compiled=spec.compiled)
+        started = time.perf_counter()
+        self.losses = [self.step() for _ in range(args.warmup)]  # includes compilation and FlagGems autotuning
+        self.sync()
+        self.warmup_s = time.perf_counter() - started
+        self.rounds: list[float] = []
+
+    def round(self) -> float:
+        """ms per step over `steps` back-to-back steps, one synchronisation at the end."""
+        self.sync()
         start = time.perf_counter()
-        losses += [step() for _ in range(args.steps)]
-        sync()
-        rounds.append((time.perf_counter() - start) / args.steps * 1e3)
-    enqueue_ms, device_ms = [], []
-    for _ in range(max(1, min(args.steps, 5))):
-        sync()
-        begin, end = (event(enable_timing=True), event(enable_timing=True)) if event else (None, None)
-        if begin is not None:
-            begin.record()
-        start = time.perf_counter()
-        losses.append(step())
-        enqueue_ms.append((time.perf_counter() - start) * 1e3)
-        if end is not None:
-            end.record()
-        sync()
-        if begin is not None:
-            device_ms.append(begin.elapsed_time(end))
-    result = {
-        "side": side,
-        "variant": variant,
-        "device": device,
-        "backing": backing,
-        "config": args.config or DEFAULT_CONFIG[backing],
-        "dims": {k: getattr(config, k) for k in ("vocab", "dim", "heads", "layers", "seq", "batch")},
-        "parameters": config.parameters,
-        "dtype": str(dtype).removeprefix("torch."),
-        "torch": torch.__version__,
-        "warmup_s": round(warmup_s, 2),
-        "ms_per_step": statistics.median(rounds),
-        "ms_per_step_rounds": rounds,
-        "host_enqueue_ms": statistics.median(enqueue_ms),
-        "device_ms": statistics.median(device_ms) if device_ms else None,
-        "peak_memory_bytes": max(peak(), 0) or None,
-        "losses": [float(x) for x in losses],
-    }
-    if side == "flagos":
-        result["platform"] = torch_fl.active_platform().name
-        result["gate"] = router().gate.state
-        result["calls_by_path"] = calls_by_path(step)
-    if args.profile:
-        result["profile"] = profile(step, sync, args.profile_steps)
-    return result
+        self.losses += [self.step() for _ in range(self.args.steps)]
+        self.sync()
+        self.rounds.append((time.perf_counter() - start) / self.args.steps * 1e3)
+        return self.rounds[-1]
+
+    def result(self) -> dict:
+        """Host enqueue and device time of single steps (device idle before each), then everything."""
+        enqueue_ms, device_ms = [], []
+        for _ in range(max(1, min(self.args.steps, 5))):
+            self.sync()
+            begin, end = (self.event(enable_timing=True), self.event(enable_timing=True)) if self.event else (None, None)
+            if begin is not None:
+                begin.record()
+            start = time.perf_counter()
+            self.losses.append(self.step())
+            enqueue_ms.append((time.perf_counter() - start) * 1e3)
+            if end is not None:
+                end.record()
+            self.sync()
+            if begin is not None:
+                device_ms.append(begin.elapsed_time(end))
+        c = self.config
+        result = {
+            "side": self.side,
+            "variant": self.variant,
+            "device": self.device,
+            "backing": self.backing,
+            "config": self.args.config or DEFAULT_CONFIG[self.backing],
+            "dims": {k: getattr(c, k) for k in ("vocab", "dim", "heads", "layers", "seq", "batch")},
+            "parameters": c.parameters,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "torch": torch.__version__,
+            "warmup_s": round(self.warmup_s, 2),
+            "ms_per_step": statistics.median(self.rounds),
+            "ms_per_step_rounds": self.rounds,
+            "host_enqueue_ms": statistics.median(enqueue_ms),
+            "device_ms": statistics.median(device_ms) if device_ms else None,
+            "peak_memory_bytes": max(self.peak(), 0) or None,
+            "losses": [float(x) for x in self.losses],
+        }
+        if self.side == "flagos":
+            import torch_fl
+            from torch_fl.routing import router
+
+            result["platform"] = torch_fl.active_platform().name
+            result["gate"] = router().gate.state
+            result["calls_by_path"] = calls_by_path(self.step)
+        if self.args.profile:
+            result["profile"] = profile(self.step, self.sync, self.args.profile_steps)
+        return result
+
+
+# Protocol between the parent and a side's process: commands on stdin, one per line; replies on
+# stdout, each a line starting with this marker (anything else a library prints is ignored).
+MARK = "@@"
+
+
+def serve(side: str, variant: str, args: argparse.Namespace) -> None:
+    def reply(message: dict) -> None:
+        print(MARK + json.dumps(message), flush=True)
+
+    runner = SideRunner(side, variant, args)
+    reply({"ready": True, "backing": runner.backing})
+    for line in sys.stdin:
+        if line.strip() == "round":
+            reply({"ms": runner.round()})
+        elif line.strip() == "finish":
+            reply(runner.result())
+            return
 
 
 def side_env(side: str, variant: str, table: Path) -> dict[str, str]:
@@ -202,18 +237,45 @@ def side_env(side: str, variant: str, table: Path) -> dict[str, str]:
     return {**env, **spec.env}
 
 
-def run_child(side: str, variant: str, args: argparse.Namespace, device: str, table: Path) -> dict:
-    """One side in a fresh process; its JSON result."""
-    command = [
-        sys.executable, __file__, "--child", f"{side}:{variant}", "--device", device, "--steps", str(args.steps),
-        "--rounds", str(args.rounds), "--warmup", str(args.warmup), "--profile-steps", str(args.profile_steps),
-    ]
-    command += ["--config", args.config] if args.config else []
-    command += ["--profile", "-"] if args.profile else []
-    out = subprocess.run(command, env=side_env(side, variant, table), capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"side {side} {variant} failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+class Side:
+    """The parent's handle on one side's process. A side whose process dies (a kernel that faults
+    the device, say) is marked failed; the others go on."""
+
+    def __init__(self, side: str, variant: str, args: argparse.Namespace, device: str, scratch: Path) -> None:
+        command = [
+            sys.executable, __file__, "--child", f"{side}:{variant}", "--device", device, "--steps", str(args.steps),
+            "--warmup", str(args.warmup), "--profile-steps", str(args.profile_steps),
+        ]
+        command += ["--config", args.config] if args.config else []
+        command += ["--profile", "-"] if args.profile else []
+        self.log = scratch / f"{side}-{variant}.log"
+        self.failed: str | None = None
+        with open(self.log, "w") as log:  # a file, not a pipe: a chatty side never blocks
+            self.proc = subprocess.Popen(
+                command, env=side_env(side, variant, scratch / "routes.yaml"), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=log, text=True,
+            )
+        self.ready = self.ask(None)
+
+    def ask(self, command: str | None) -> dict | None:
+        """Send `command` (None: nothing) and return the side's reply; None once it has failed."""
+        if self.failed is not None:
+            return None
+        try:
+            if command is not None:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(command + "\n")
+                self.proc.stdin.flush()
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                if line.startswith(MARK):
+                    return json.loads(line[len(MARK):])
+        except BrokenPipeError:
+            pass
+        code = self.proc.wait()
+        tail = " | ".join(self.log.read_text(errors="replace").strip().splitlines()[-4:])
+        self.failed = f"exit {code}: {tail[-600:]}"
+        return None
 
 
 def agreement(flagos: dict, plain: dict, rtol: float, steps: int | None = None) -> tuple[bool, float]:
@@ -232,8 +294,10 @@ def mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:.0f}"
 
 
-def report(sides: dict[str, dict], variants: list[str], rtol: float, compiled_steps: int) -> tuple[str, dict]:
-    """The side-by-side table and the summary (ratios, loss agreement)."""
+def report(
+    sides: dict[str, dict], failed: dict[str, str], variants: list[str], rtol: float, compiled_steps: int
+) -> tuple[str, dict]:
+    """The side-by-side table and the summary (ratios, loss agreement, failed sides)."""
     first = next(iter(sides.values()))
     lines = [
         f"config {first['config']} {first['dims']} ({first['parameters'] / 1e6:.1f} M parameters), "
@@ -241,11 +305,12 @@ def report(sides: dict[str, dict], variants: list[str], rtol: float, compiled_st
         f"{'side':24s}{'ms/step':>10s}{'host ms':>10s}{'device ms':>10s}{'peak MiB':>10s}{'warm-up s':>10s}"
         f"{'vs plain':>10s}{'losses':>9s}  calls of one step by path",
     ]
-    summary: dict = {"ratios": {}, "losses_agree": {}, "worst_loss_rel_diff": {}}
+    summary: dict = {"ratios": {}, "losses_agree": {}, "worst_loss_rel_diff": {}, "failed": failed}
     for label, s in sides.items():
         ratio, agree = "", ""
-        if s["side"] == "flagos":
-            reference = sides["plain compiled" if s["variant"] == "compiled" else "plain eager"]
+        reference_label = "plain compiled" if s["variant"] == "compiled" else "plain eager"
+        if s["side"] == "flagos" and reference_label in sides:
+            reference = sides[reference_label]
             value = reference["ms_per_step"] / s["ms_per_step"]
             # Eager flagos runs the backing's own kernels: every step must agree. Inductor generates
             # flagos' kernels separately (other fusions, other summation orders): the first steps
@@ -263,6 +328,8 @@ def report(sides: dict[str, dict], variants: list[str], rtol: float, compiled_st
             f"{label:24s}{fmt(s['ms_per_step']):>10s}{fmt(s['host_enqueue_ms']):>10s}{fmt(s['device_ms']):>10s}"
             f"{mib(s['peak_memory_bytes']):>10s}{fmt(s['warmup_s'], 1):>10s}{ratio:>10s}{agree:>9s}  {paths}{gate}"
         )
+    for label, why in failed.items():
+        lines.append(f"{label:24s}FAILED ({why})")
     lines.append(
         f"losses: relative tolerance {rtol:g} against the plain side of the same mode, every step "
         f"(compiled: the first {compiled_steps}); largest relative difference over all steps: "
@@ -275,7 +342,7 @@ def report(sides: dict[str, dict], variants: list[str], rtol: float, compiled_st
     lines.append("first losses: " + "; ".join(
         f"{label} " + " ".join(f"{x:.4f}" for x in s["losses"][:steps]) for label, s in sides.items()
     ))
-    summary["all_agree"] = all(summary["losses_agree"].values())
+    summary["all_agree"] = all(summary["losses_agree"].values()) and not failed
     summary["variants"] = variants
     return "\n".join(lines), summary
 
@@ -298,26 +365,41 @@ def main() -> None:
 
     if args.child:
         side, variant = args.child.split(":")
-        print(json.dumps(run_side(side, variant, args)))
+        serve(side, variant, args)
         return
 
-    with tempfile.TemporaryDirectory() as scratch:
-        table = Path(scratch) / "routes.yaml"
-        table.write_text(EMPTY_TABLE)
-        requested = args.variants.split(",") if args.variants else None
-        unknown = [v for v in requested or [] if v not in VARIANTS]
-        if unknown:
-            sys.exit(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+    requested = args.variants.split(",") if args.variants else None
+    unknown = [v for v in requested or [] if v not in VARIANTS]
+    if unknown:
+        sys.exit(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+    with tempfile.TemporaryDirectory() as folder:
+        scratch = Path(folder)
+        (scratch / "routes.yaml").write_text(EMPTY_TABLE)
+        # Each side is built and warmed up alone, one after the other; then the timed rounds
+        # interleave (every side in turn), so that drifts of the machine touch every side alike.
         first = (requested or ["native-only"])[0]
-        probe = run_child("flagos", first, args, "cpu", table)  # also tells the backing device
-        backing = probe["backing"]
+        handles = {f"flagos {first}": Side("flagos", first, args, "cpu", scratch)}  # it tells the backing
+        ready = handles[f"flagos {first}"].ready
+        if ready is None:
+            sys.exit(f"flagos {first} failed: {handles[f'flagos {first}'].failed}")
+        backing = ready["backing"]
         variants = requested or DEFAULT_VARIANTS[backing].split(",")
-        sides = {"plain eager": run_child("plain", "eager", args, backing, table)}
+        handles["plain eager"] = Side("plain", "eager", args, backing, scratch)
         if "compiled" in variants:
-            sides["plain compiled"] = run_child("plain", "compiled", args, backing, table)
-        for variant in variants:
-            sides[f"flagos {variant}"] = probe if variant == first else run_child("flagos", variant, args, backing, table)
-    text, summary = report(sides, variants, LOSS_RTOL[backing], compiled_steps=args.warmup)
+            handles["plain compiled"] = Side("plain", "compiled", args, backing, scratch)
+        for variant in [v for v in variants if v != first]:
+            handles[f"flagos {variant}"] = Side("flagos", variant, args, backing, scratch)
+        for _ in range(args.rounds):
+            for handle in handles.values():
+                handle.ask("round")
+        results = {label: handle.ask("finish") for label, handle in handles.items()}
+    order = ["plain eager", "plain compiled"] + [f"flagos {v}" for v in variants]
+    sides = {label: results[label] for label in order if results.get(label) is not None}
+    failed = {label: handles[label].failed or "no result" for label in order if label in handles and results[label] is None}
+    if "plain eager" not in sides:
+        sys.exit(f"the plain side failed: {failed.get('plain eager')}")
+    text, summary = report(sides, failed, variants, LOSS_RTOL[backing], compiled_steps=args.warmup)
+    probe = next((s for s in sides.values() if s["side"] == "flagos"), {"platform": "?", "gate": "?"})
     print(f"platform {probe['platform']} (conformance record: {probe['gate']})")
     print(text)
     if args.profile:

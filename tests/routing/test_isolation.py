@@ -1,0 +1,105 @@
+"""A kernel that takes its process down costs only itself: in the tuner (one sample keeps native)
+and in the training benchmark (one side is reported failed, the others are measured).
+
+The platform is a chip onboarded into a temporary folder whose vendor `relu` and `gelu` segfault
+and whose vendor `neg` is right; FLAGOS_ALLOW_UNVALIDATED lets them run without a record.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+VENDOR = '''
+import ctypes
+
+import torch
+
+
+def _crash() -> None:
+    ctypes.string_at(0)  # a segfault, as a kernel that faults the device would end its process
+
+
+def relu(self: torch.Tensor) -> torch.Tensor:
+    _crash()
+    return torch.clamp_min(self, 0)
+
+
+def gelu(self: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    _crash()
+    return torch.nn.functional.gelu(self, approximate=approximate)
+
+
+def neg(self: torch.Tensor) -> torch.Tensor:
+    return torch.neg(self)
+'''
+
+OPS = "      aten::relu: relu\n      aten::gelu: gelu\n      aten::neg: neg\n"
+
+WORKLOAD = '''
+import torch
+
+
+def make_step(device):
+    x = torch.randn(256, 64, device=device)
+    return lambda: x.relu().neg()
+'''
+
+
+@pytest.fixture
+def crash_chip(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
+    """Runs a command in tmp_path with the crashing chip on the platform path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLAGOS_")}
+    env.update(FLAGOS_PLATFORM_PATH=str(tmp_path / "plats"), FLAGOS_ALLOW_UNVALIDATED="1", PYTHONUNBUFFERED="1")
+    run = functools.partial(subprocess.run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    command = str(Path(sys.executable).with_name("torch-fl"))
+    onboarded = run([command, "onboard", "--chip", "crash_chip", "--backing", "cpu", "--platforms-dir", "plats", "--json"])
+    assert onboarded.returncode == 0, onboarded.stderr
+    folder = tmp_path / "plats" / "crash_chip"
+    (folder / "vendor_kernels.py").write_text(VENDOR)
+    descriptor = folder / "platform.yaml"
+    descriptor.write_text(descriptor.read_text().replace("      aten::relu: relu\n", OPS))
+    routes = "format: 1\nops:\n"
+    for op in ("relu", "neg"):  # native first: only the tuner tries vendor
+        routes += f"  aten::{op}:\n    candidates: [native, vendor]\n"
+    routes += "  aten::gelu:\n    candidates: [vendor, native]\n"  # vendor first: what the platform's table runs
+    (folder / "routes.yaml").write_text(routes)
+
+    def invoke(*argv: str, **extra_env: str) -> subprocess.CompletedProcess:
+        program = [command, *argv[1:]] if argv[0] == "torch-fl" else [sys.executable, *argv]
+        return run(program, env={**env, **extra_env})
+
+    return invoke
+
+
+def test_the_tuner_loses_only_the_crashing_sample(crash_chip, tmp_path):
+    (tmp_path / "workload.py").write_text(WORKLOAD)
+    tuned = crash_chip("torch-fl", "routes", "tune", "crash_chip", "--workload", "workload.py", "--steps", "1", "--dry-run", "--json")
+    assert tuned.returncode == 0, tuned.stdout + tuned.stderr[-3000:]
+    report: dict[str, Any] = json.loads(tuned.stdout)
+    by_op = {m["op"]: m for m in report["measurements"]}
+    assert set(by_op) == {"aten::relu", "aten::neg"}
+    assert "the measuring process died" in by_op["aten::relu"]["errors"]["worker"] and not by_op["aten::relu"]["us"]
+    assert set(by_op["aten::neg"]["us"]) == {"native", "vendor"} and not by_op["aten::neg"]["errors"]
+    assert "aten::relu" not in report["chosen"] and not report["written"]
+
+
+def test_the_benchmark_reports_a_dying_side_and_measures_the_others(crash_chip, tmp_path):
+    out = tmp_path / "bench.json"
+    bench = crash_chip(
+        str(ROOT / "bench" / "train_step.py"), "--variants", "native-only,tuned", "--steps", "1", "--rounds", "1",
+        "--warmup", "1", "--json", str(out), FLAGOS_PLATFORM="crash_chip",
+    )
+    assert bench.returncode == 1, bench.stdout + bench.stderr[-3000:]
+    assert "flagos tuned" in bench.stdout and "FAILED (exit" in bench.stdout, bench.stdout
+    summary = json.loads(out.read_text())
+    assert set(summary["sides"]) == {"plain eager", "flagos native-only"} and set(summary["failed"]) == {"flagos tuned"}
+    assert summary["losses_agree"] == {"native-only": True} and not summary["all_agree"]
