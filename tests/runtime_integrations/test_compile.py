@@ -84,12 +84,13 @@ def _native_calls(prefixes: tuple[str, ...]) -> int:
     return sum(native for op, (native, _cpu) in counts.items() if op.startswith(prefixes))
 
 
-def _train_losses(model: nn.Module, x: torch.Tensor, steps: int = 3) -> list[float]:
+def _train_losses(model: nn.Module, x: torch.Tensor, steps: int = 3, scalar: bool = False) -> list[float]:
+    """Per-step losses of AdamW on `model(x)`: the output itself when `scalar`, else its mean square."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses = []
     for _ in range(steps):
         opt.zero_grad()
-        loss = model(x).pow(2).mean()
+        loss = model(x) if scalar else model(x).pow(2).mean()
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -129,21 +130,9 @@ def test_tiny_language_model_trains_three_steps_like_eager():
     torch.manual_seed(0)
     base = TinyLM()
     tokens = torch.randint(0, 64, (2, 16)).to("flagos")
-
-    def losses(model: nn.Module) -> list[float]:
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-        out = []
-        for _ in range(3):
-            opt.zero_grad()
-            loss = model(tokens)
-            loss.backward()
-            opt.step()
-            out.append(loss.item())
-        return out
-
-    eager = losses(copy.deepcopy(base).to("flagos"))
+    eager = _train_losses(copy.deepcopy(base).to("flagos"), tokens, scalar=True)
     compiled_model = copy.deepcopy(base).to("flagos")
-    compiled = losses(torch.compile(compiled_model))
+    compiled = _train_losses(torch.compile(compiled_model), tokens, scalar=True)
     torch.testing.assert_close(compiled, eager, **TOL)
     assert all(p.device.type == "flagos" for p in compiled_model.parameters())
 
