@@ -7,8 +7,7 @@
    warm-up first (FlagGems autotunes and compiles on its first call per shape). The first call of
    each candidate, on fresh copies of the inputs, must agree with native's at the workload's own
    shapes (conformance samples are small; a kernel can pass them and still fail at the sizes a
-   model uses, as FlagGems layer-norm and GELU backward did on the H200): one that does not is
-   never chosen.
+   model uses, as FlagGems kernels did on the H200): one that does not is never chosen.
 3. Decide per op, counting the workload's calls: a Python route kernel, once installed, serves
    every call of its op, so the native calls it leaves pay the Python-route overhead too; an op
    gets buckets only when its net gain over the whole workload is positive.
@@ -44,16 +43,22 @@ def bucket_bound(numel: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(numel, 1))))
 
 
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [t for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _clones(value: Any) -> Any:
+    """`value` with every tensor copied (recorded inputs; fresh inputs for each candidate)."""
+    return tree_map(lambda a: a.clone() if isinstance(a, torch.Tensor) else a, value)
+
+
 def _largest_numel(args: Any) -> int:
-    sizes = [a.numel() for a in torch.utils._pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
-    return max(sizes, default=0)
+    return max((t.numel() for t in _tensors(args)), default=0)
 
 
 def _dtype(args: Any) -> Optional[torch.dtype]:
-    for a in torch.utils._pytree.tree_leaves(args):
-        if isinstance(a, torch.Tensor):
-            return a.dtype
-    return None
+    tensors = _tensors(args)
+    return tensors[0].dtype if tensors else None
 
 
 @dataclass
@@ -80,7 +85,7 @@ class _Recorder(TorchDispatchMode):
             key = (name, bucket_bound(_largest_numel((args, kwargs))), _dtype(args))
             sample = self.samples.get(key)
             if sample is None:
-                copy = tree_map(lambda a: a.clone() if isinstance(a, torch.Tensor) else a, (args, kwargs))
+                copy = _clones((args, kwargs))
                 sample = self.samples[key] = Sample(name, func, key[1], key[2], copy[0], copy[1])
             sample.calls += 1
         return func(*args, **kwargs)
@@ -133,15 +138,6 @@ class TuneReport:
         return asdict(self)
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
-    return [t for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
-
-
-def _fresh(sample: Sample) -> tuple[Any, Any]:
-    """Copies of the sample's inputs: in-place candidates must not see each other's writes."""
-    return tree_map(lambda a: a.clone() if isinstance(a, torch.Tensor) else a, (sample.args, sample.kwargs))
-
-
 def disagreement(actual: Any, expected: Any, inputs: list[torch.Tensor]) -> Optional[str]:
     """How a candidate's results depart from native's on the same inputs, or None.
 
@@ -174,7 +170,7 @@ def measure(sample: Sample, paths: list[str]) -> Measurement:
     for path in sorted(paths, key=lambda p: p != "native"):  # native first: the others are checked against it
         try:
             with forced(sample.op, path):
-                args, kwargs = _fresh(sample)
+                args, kwargs = _clones((sample.args, sample.kwargs))  # in-place candidates see fresh inputs
                 start = time.perf_counter()
                 result = sample.overload(*args, **kwargs)
                 _synchronize()
