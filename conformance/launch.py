@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 
-def _env(changes: dict[str, str | None]) -> dict[str, str]:
+def child_env(changes: dict[str, str | None]) -> dict[str, str]:
+    """This process's environment for a child, with `changes` applied (None removes a variable)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     for key, value in changes.items():
         if value is None:
@@ -35,7 +36,7 @@ def run_ranks(module: str, case: str, world: int, timeout: float) -> list[dict[s
         procs = [
             subprocess.Popen(
                 [sys.executable, "-m", module, case, str(r), str(world), init_file, outs[r]],
-                env=_env({}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp,
+                env=child_env({}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp,
             )
             for r in range(world)
         ]
@@ -65,7 +66,7 @@ def run_script(path: Path, args: list[str], env: dict[str, str | None], timeout:
     with tempfile.TemporaryDirectory(prefix="flagos-ref-") as tmp:
         out = os.path.join(tmp, "out.json")
         proc = subprocess.run(
-            [sys.executable, str(path), *args, out], env=_env(env), capture_output=True, text=True, timeout=timeout, cwd=tmp
+            [sys.executable, str(path), *args, out], env=child_env(env), capture_output=True, text=True, timeout=timeout, cwd=tmp
         )
         if proc.returncode != 0 or not os.path.exists(out):
             tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from torch_fl.conformance.launch import child_env
+
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[2]
 WORLD = 2
@@ -35,12 +37,7 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device (NCCL); ru
 
 def _launch(case: str, world: int, env: dict[str, str | None]) -> list[dict]:
     """Runs `world` worker processes of `case` and returns each rank's results."""
-    full_env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    for key, value in env.items():
-        if value is None:
-            full_env.pop(key, None)
-        else:
-            full_env[key] = value
+    full_env = child_env(env)
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")
         outs = [os.path.join(tmp, f"rank{r}.json") for r in range(world)]
