@@ -9,8 +9,11 @@
 #
 #   tests        runtime, compile, distributed (one GPU), FP8 against the GPU, onboarding --like nvidia_h200
 #   conformance  torch-fl conformance run nvidia_h200 ($CONFORMANCE_ARGS; add --resume to continue)
-#   tune         torch-fl routes tune nvidia_h200 on the large workload, GEMMs included
+#   tune         torch-fl routes tune nvidia_h200 on $TUNE_WORKLOAD (large), $TUNE_ARGS (--include-gemm)
 #   bench        bench/train_step.py: large (every variant) and small (launch-bound)
+#   bisect       bench/flaggems_bisect.py on $BISECT_CONFIGS (default small): which FlagGems kernel
+#                breaks training, on plain CUDA and on flagos
+#   model        the conformance model suite alone, into $OUT/model (the tracked record is kept)
 #   profile      bench/host_profile.py small and large
 #   dispatch     bench/dispatch_overhead.py
 set -u
@@ -53,13 +56,18 @@ for stage in ${STAGES:-tests}; do
       # told so and allowed the declared kernel sets, to be re-run once the record is complete.
       record_complete || { echo "record incomplete: FLAGOS_ALLOW_UNVALIDATED=1 for this tuning"; export FLAGOS_ALLOW_UNVALIDATED=1; }
       timeout $(( $(left) < ${TUNE_TIMEOUT:-240} ? $(left) : ${TUNE_TIMEOUT:-240} )) torch-fl routes tune nvidia_h200 \
-        --workload ${TUNE_WORKLOAD:-large} --include-gemm --json
+        --workload ${TUNE_WORKLOAD:-large} ${TUNE_ARGS---include-gemm} --json
       unset FLAGOS_ALLOW_UNVALIDATED
       cp platforms/nvidia_h200/routes.yaml "$OUT/" ;;
     bench)
       timeout $(( $(left) - 60 )) $PY bench/train_step.py --config large --json "$OUT/bench_large.json" ${BENCH_ARGS:-}
       timeout $(( $(left) )) $PY bench/train_step.py --config small --variants native-only,flaggems-first,tuned \
         --json "$OUT/bench_small.json" ;;
+    bisect) for c in ${BISECT_CONFIGS:-small}; do
+        timeout $(( $(left) )) $PY bench/flaggems_bisect.py --config "$c" --modes ${BISECT_MODES:-plain,flagos} \
+          --json "$OUT/bisect_$c.json"; done ;;
+    model) timeout $(( $(left) )) torch-fl conformance run nvidia_h200 --suite model --paths native \
+        --record-dir "$OUT/model" --json ;;
     profile) for c in ${CONFIGS:-small large}; do timeout $(( $(left) / 2 )) $PY bench/host_profile.py --config "$c" --steps 5; done ;;
     dispatch) timeout $(( $(left) )) $PY bench/dispatch_overhead.py ;;
     *) echo "unknown stage $stage" ;;

@@ -13,6 +13,10 @@ The flagos variants:
     tuned           the platform's routes.yaml, as `torch-fl routes tune` left it
     compiled        torch.compile(model) with inductor, the platform's routes.yaml for extern kernels
 
+With flaggems-first on CUDA a plain side "plain flaggems" runs too: plain CUDA after
+`flag_gems.enable()`, the seed release's routing, so that a FlagGems kernel that fails the workload
+is told from a flagos defect (its losses are shown, and judged apart from flagos').
+
 Each eager variant is compared with plain eager, `compiled` with plain compiled. Every side runs in
 a process of its own, so that no route table, compiled graph or allocator state leaks from one into
 the next; the plain sides never import torch_fl (a process where flagos is registered cannot run
@@ -61,6 +65,7 @@ class Variant:
     compiled: bool = False
     defaults: str | None = None  # FLAGOS_ROUTE_DEFAULTS over an empty table; None keeps routes.yaml
     env: dict[str, str] = field(default_factory=dict)
+    flag_gems: bool = False  # plain sides: flag_gems.enable(), every op FlagGems has on FlagGems
 
 
 VARIANTS = {
@@ -69,7 +74,9 @@ VARIANTS = {
     "tuned": Variant(),
     "compiled": Variant(compiled=True),
 }
-PLAIN = {"eager": Variant(), "compiled": Variant(compiled=True)}
+# "flaggems" is how the seed release runs: plain CUDA with every FlagGems kernel registered. It runs
+# next to flagos' flaggems-first so that a FlagGems defect is told from a flagos one.
+PLAIN = {"eager": Variant(), "compiled": Variant(compiled=True), "flaggems": Variant(flag_gems=True)}
 
 
 def workload() -> ModuleType:
@@ -143,6 +150,10 @@ class SideRunner:
         self.dtype = torch.bfloat16 if self.backing == "cuda" else torch.float32
         self.sync, self.event, self.peak, reset_peak = device_api(self.device)
         reset_peak()
+        if spec.flag_gems:
+            import flag_gems
+
+            flag_gems.enable()
         _, _, self.step = decoder.build(self.config, self.device, self.dtype, compiled=spec.compiled)
         started = time.perf_counter()
         self.losses = [self.step() for _ in range(args.warmup)]  # includes compilation and FlagGems autotuning
@@ -309,7 +320,7 @@ def report(
     for label, s in sides.items():
         ratio, agree = "", ""
         reference_label = "plain compiled" if s["variant"] == "compiled" else "plain eager"
-        if s["side"] == "flagos" and reference_label in sides:
+        if label != reference_label and reference_label in sides:
             reference = sides[reference_label]
             value = reference["ms_per_step"] / s["ms_per_step"]
             # Eager flagos runs the backing's own kernels: every step must agree. Inductor generates
@@ -318,9 +329,10 @@ def report(
             # and plain eager drift apart just as much; both drifts are printed).
             steps = compiled_steps if s["variant"] == "compiled" else None
             ok, worst = agreement(s, reference, rtol, steps)
-            summary["ratios"][s["variant"]] = round(value, 4)
-            summary["losses_agree"][s["variant"]] = ok
-            summary["worst_loss_rel_diff"][s["variant"]] = worst
+            key = s["variant"] if s["side"] == "flagos" else label
+            summary["ratios"][key] = round(value, 4)
+            summary["losses_agree"][key] = ok
+            summary["worst_loss_rel_diff"][key] = worst
             ratio, agree = f"{value:.3f}x", "agree" if ok else "DIFFER"
         paths = " ".join(f"{p} {n}" for p, n in sorted(s.get("calls_by_path", {}).items()))
         gate = f" (record {s['gate']})" if s.get("gate") not in (None, "valid") else ""
@@ -342,7 +354,9 @@ def report(
     lines.append("first losses: " + "; ".join(
         f"{label} " + " ".join(f"{x:.4f}" for x in s["losses"][:steps]) for label, s in sides.items()
     ))
-    summary["all_agree"] = all(summary["losses_agree"].values()) and not failed
+    # plain flaggems is a reference for FlagGems itself: its losses judge FlagGems, not flagos
+    summary["all_agree"] = all(ok for key, ok in summary["losses_agree"].items() if key in variants) and not any(
+        label != "plain flaggems" for label in failed)
     summary["variants"] = variants
     return "\n".join(lines), summary
 
@@ -387,13 +401,15 @@ def main() -> None:
         handles["plain eager"] = Side("plain", "eager", args, backing, scratch)
         if "compiled" in variants:
             handles["plain compiled"] = Side("plain", "compiled", args, backing, scratch)
+        if "flaggems-first" in variants and backing == "cuda":
+            handles["plain flaggems"] = Side("plain", "flaggems", args, backing, scratch)
         for variant in [v for v in variants if v != first]:
             handles[f"flagos {variant}"] = Side("flagos", variant, args, backing, scratch)
         for _ in range(args.rounds):
             for handle in handles.values():
                 handle.ask("round")
         results = {label: handle.ask("finish") for label, handle in handles.items()}
-    order = ["plain eager", "plain compiled"] + [f"flagos {v}" for v in variants]
+    order = ["plain eager", "plain compiled", "plain flaggems"] + [f"flagos {v}" for v in variants]
     sides = {label: results[label] for label in order if results.get(label) is not None}
     failed = {label: handles[label].failed or "no result" for label in order if label in handles and results[label] is None}
     if "plain eager" not in sides:

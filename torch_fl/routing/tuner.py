@@ -175,10 +175,11 @@ def measure(sample: Sample, paths: list[str]) -> Measurement:
                 result = sample.overload(*args, **kwargs)
                 _synchronize()
                 m.first_call_s[path] = round(time.perf_counter() - start, 4)
+                # what the call wrote into its arguments (in-place, out=) is compared too
                 if path == "native":
-                    expected = result
+                    expected = (result, args, kwargs)
                 elif checked and expected is not None:
-                    problem = disagreement(result, expected, _tensors(args))
+                    problem = disagreement((result, args, kwargs), expected, _tensors(args))
                     if problem is not None:
                         m.errors[path] = f"wrong values at this shape: {problem}"
                         continue
