@@ -107,4 +107,5 @@ def test_emulated_scaled_mm_matches_the_gpu_fp8_matmul(a_dtype, b_dtype, out_dty
     # float32: summation order only; bfloat16: plus rounding the result (half an ulp, 2**-9 relative)
     allowance = size * (1e-5 if out_dtype == torch.float32 else 2**-8)
     assert error_em <= max(error_hw, allowance), (error_em, error_hw, size)
-    assert error_hw <= size * 2e-3, "the GPU's own FP8 matmul is off: the comparison means nothing"
+    # the hardware's bfloat16 results carry the same final rounding (measured: 0.255 on outputs of 118)
+    assert error_hw <= size * 2e-3 + allowance, "the GPU's own FP8 matmul is off: the comparison means nothing"

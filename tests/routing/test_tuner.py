@@ -83,3 +83,14 @@ def test_disagreement_names_nan_and_shape():
     assert "shape [2]" in disagreement(torch.ones(2), a, [a])
     assert disagreement(torch.arange(3), torch.arange(3) + 1, [a]) == "result 0: values differ from native"
 
+
+
+def test_isolated_measurement_takes_samples_with_memory_formats(fresh_routes):
+    """torch.save cannot pickle a memory format; recorded zeros_like/clone calls carry one."""
+    from torch_fl.routing.tuner_worker import measure_isolated
+
+    x = torch.randn(16, 8).to("flagos")
+    sample = Sample("aten::zeros_like", torch.ops.aten.zeros_like.default, bucket_bound(x.numel()), torch.float32,
+                    (x,), {"memory_format": torch.preserve_format}, calls=2)
+    [result] = measure_isolated([(sample, ["native"])], fresh_routes.descriptor.name)
+    assert not result.errors and result.us["native"] > 0

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from torch_fl.conformance.launch import child_env
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[2]
@@ -37,6 +36,9 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device (NCCL); ru
 
 def _launch(case: str, world: int, env: dict[str, str | None]) -> list[dict]:
     """Runs `world` worker processes of `case` and returns each rank's results."""
+    # imported here: this file is also the workers' script, and the plain-CUDA worker must never import torch_fl
+    from torch_fl.conformance.launch import child_env
+
     full_env = child_env(env)
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")

@@ -2,9 +2,9 @@
 
 For chips without FP8 hardware: encoding rounds to nearest-even and follows the running PyTorch's
 conversion rules, so results are bit-identical to `tensor.to(float8)` on its CPU (and CUDA)
-kernels. e5m2 overflows to infinity at |x| >= 61440. e4m3fn has no infinity, and what |x| >= 464
-and +-inf become changed between releases (measured: +-448 in torch 2.13, NaN in 2.11): the rule
-is probed once, from PyTorch itself, when this module loads.
+kernels. e5m2 overflows to infinity at |x| >= 61440. e4m3fn has no infinity (464 itself rounds to
+even, 448), and what |x| > 464 and +-inf become changed between releases (measured: +-448 in torch
+2.13, NaN in 2.11): the rule is probed once, from PyTorch itself, when this module loads.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ class Format:
     dtype: torch.dtype
     mantissa_bits: int
     bias: int
-    overflow: float  # |x| at or above this does not fit
+    overflow: float  # |x| above this does not fit: the midpoint between the largest finite value and the next
+    tie_overflows: bool  # |x| exactly at the midpoint rounds (to even) up into overflow
     has_inf: bool  # overflow gives infinity; otherwise it saturates or becomes NaN
     max_finite_bits: int
     saturates: bool = False  # without infinity: overflow gives the largest finite value, not NaN
@@ -33,8 +34,8 @@ def _pytorch_saturates(dtype: torch.dtype) -> bool:
 
 
 FORMATS = {
-    torch.float8_e4m3fn: Format(torch.float8_e4m3fn, 3, 7, 464.0, False, 0x7E, _pytorch_saturates(torch.float8_e4m3fn)),
-    torch.float8_e5m2: Format(torch.float8_e5m2, 2, 15, 61440.0, True, 0x7B),
+    torch.float8_e4m3fn: Format(torch.float8_e4m3fn, 3, 7, 464.0, False, False, 0x7E, _pytorch_saturates(torch.float8_e4m3fn)),
+    torch.float8_e5m2: Format(torch.float8_e5m2, 2, 15, 61440.0, True, True, 0x7B),
 }
 
 
@@ -64,7 +65,7 @@ def encode(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         overflow_bits = sign | (0x1F << f.mantissa_bits)
     else:
         overflow_bits = (sign | f.max_finite_bits) if f.saturates else nan_bits
-    bits = torch.where(a >= f.overflow, overflow_bits, bits)
+    bits = torch.where(a >= f.overflow if f.tie_overflows else a > f.overflow, overflow_bits, bits)
     bits = torch.where(torch.isnan(x), nan_bits, bits)
     return bits.to(torch.uint8)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 from torch_fl.conformance import journal
 from torch_fl.routing.tuner import Measurement, Sample, measure
@@ -36,6 +37,25 @@ def _resolve(name: str) -> Any:
     namespace, _, rest = name.partition("::")
     op, _, overload = rest.partition(".")
     return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
+
+
+# torch.save cannot pickle torch.memory_format (recorded `zeros_like`, `clone`... carry one): it
+# travels to the worker as a tagged string (plain str: the worker runs as __main__, so a class of
+# this module would not be the one it unpickles).
+_FORMAT_TAG = "\x00torch.memory_format:"
+_MEMORY_FORMATS = {str(f): f for f in (torch.preserve_format, torch.contiguous_format, torch.channels_last,
+                                        torch.channels_last_3d)}
+
+
+def _portable(value: Any) -> Any:
+    return tree_map(lambda x: _FORMAT_TAG + str(x) if isinstance(x, torch.memory_format) else x, value)
+
+
+def _restored(value: Any) -> Any:
+    def restore(x: Any) -> Any:
+        return _MEMORY_FORMATS[x[len(_FORMAT_TAG):]] if isinstance(x, str) and x.startswith(_FORMAT_TAG) else x
+
+    return tree_map(restore, value)
 
 
 def device_answers() -> bool:
@@ -52,7 +72,8 @@ def work(samples_file: Path, journal_file: Path, start: int) -> int:
     for i in range(start, len(payload)):
         item = payload[i]
         journal.append(journal_file, {"index": i, "started": True})
-        sample = Sample(item["op"], _resolve(item["op"]), item["bound"], item["dtype"], item["args"], item["kwargs"], item["calls"])
+        args, kwargs = _restored((item["args"], item["kwargs"]))
+        sample = Sample(item["op"], _resolve(item["op"]), item["bound"], item["dtype"], args, kwargs, item["calls"])
         m = measure(sample, item["paths"])
         journal.append(journal_file, {"index": i, "measurement": asdict(m)})
         if m.errors and not device_answers():
@@ -65,7 +86,8 @@ def measure_isolated(
 ) -> list[Measurement]:
     """Each (sample, candidate paths) measured in worker processes of platform `platform`."""
     payload = [
-        {"op": s.op, "bound": s.bound, "dtype": s.dtype, "args": s.args, "kwargs": s.kwargs, "calls": s.calls, "paths": paths}
+        {"op": s.op, "bound": s.bound, "dtype": s.dtype, "args": _portable(s.args), "kwargs": _portable(s.kwargs),
+         "calls": s.calls, "paths": paths}
         for s, paths in samples
     ]
     done: dict[int, Measurement] = {}
