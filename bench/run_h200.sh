@@ -10,7 +10,8 @@
 #   tests        runtime, compile, distributed (one GPU), FP8 against the GPU, onboarding --like nvidia_h200
 #   conformance  torch-fl conformance run nvidia_h200 ($CONFORMANCE_ARGS; add --resume to continue)
 #   tune         torch-fl routes tune nvidia_h200 on $TUNE_WORKLOAD (large), $TUNE_ARGS (--include-gemm)
-#   bench        bench/train_step.py: large (every variant) and small (launch-bound)
+#   bench        bench/train_step.py: large ($BENCH_ARGS; every variant) unless SKIP_LARGE, and small
+#                (launch-bound; $SMALL_ARGS)
 #   bisect       bench/flaggems_bisect.py on $BISECT_CONFIGS (default small): which FlagGems kernel
 #                breaks training, on plain CUDA and on flagos
 #   model        the conformance model suite alone, into $OUT/model (the tracked record is kept)
@@ -60,8 +61,9 @@ for stage in ${STAGES:-tests}; do
       unset FLAGOS_ALLOW_UNVALIDATED
       cp platforms/nvidia_h200/routes.yaml "$OUT/" ;;
     bench)
-      timeout $(( $(left) - 60 )) $PY bench/train_step.py --config large --json "$OUT/bench_large.json" ${BENCH_ARGS:-}
-      timeout $(( $(left) )) $PY bench/train_step.py --config small --variants native-only,flaggems-first,tuned \
+      [ -n "${SKIP_LARGE:-}" ] || timeout $(( $(left) - 60 )) $PY bench/train_step.py --config large \
+        --json "$OUT/bench_large.json" ${BENCH_ARGS:-}
+      timeout $(( $(left) )) $PY bench/train_step.py --config small ${SMALL_ARGS:---variants native-only,flaggems-first,tuned} \
         --json "$OUT/bench_small.json" ;;
     bisect) for c in ${BISECT_CONFIGS:-small}; do
         timeout $(( $(left) )) $PY bench/flaggems_bisect.py --config "$c" --modes ${BISECT_MODES:-plain,flagos} \

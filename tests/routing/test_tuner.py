@@ -94,3 +94,36 @@ def test_isolated_measurement_takes_samples_with_memory_formats(fresh_routes):
                     (x,), {"memory_format": torch.preserve_format}, calls=2)
     [result] = measure_isolated([(sample, ["native"])], fresh_routes.descriptor.name)
     assert not result.errors and result.us["native"] > 0
+
+
+@pytest.mark.parametrize("tuned_faster", [True, False], ids=["faster", "slower"])
+def test_the_check_alternates_rounds_and_keeps_only_a_faster_table(fresh_routes, monkeypatch, tuned_faster):
+    """The workload is timed native-only and tuned in alternating rounds; the tuned buckets stay
+    installed only when their median is faster, otherwise the table is as before."""
+    from torch_fl.routing import tuner
+
+    monkeypatch.setattr(fresh_routes.table, "ops", dict(fresh_routes.table.ops))  # the tuner edits the table
+    monkeypatch.setitem(fresh_routes.kernel_sets, "vendor", _NegKernels(False))
+    monkeypatch.setattr(fresh_routes.gate, "allows", lambda op, dtype, path: True)
+    fresh_routes.set_route("aten::neg", ["vendor", "native"], bypass_gate=True)
+    monkeypatch.setattr(tuner, "measure", lambda sample, paths: Measurement(
+        sample.op, sample.bound, "float32", sample.calls, us={"native": 100.0, "vendor": 10.0}))
+    tuned_installed = []
+
+    def fake_time(fn, repeats=5, inner=10):
+        route = fresh_routes.table.ops.get("aten::neg")
+        tuned = bool(route and route.buckets)
+        tuned_installed.append(tuned)
+        return (900.0 if tuned_faster else 1100.0) if tuned else 1000.0
+
+    monkeypatch.setattr(tuner, "time_call", fake_time)
+    x = torch.randn(64).to("flagos")
+    before = fresh_routes.table.ops.get("aten::neg")
+    report = tune(fresh_routes, lambda: torch.neg(x), "neg", steps=1, isolate=False, check_rounds=3)
+    assert tuned_installed[-6:] == [False, True] * 3  # python_route_overhead's timings come first
+    assert report.kept is tuned_faster and report.step_ms_native == 1.0
+    route = fresh_routes.table.ops.get("aten::neg")
+    if tuned_faster:
+        assert report.chosen and route.buckets[0].choice == "vendor"
+    else:
+        assert not report.chosen and route is before and "not faster" in report.note

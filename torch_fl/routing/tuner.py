@@ -11,8 +11,8 @@
 3. Decide per op, counting the workload's calls: a Python route kernel, once installed, serves
    every call of its op, so the native calls it leaves pay the Python-route overhead too; an op
    gets buckets only when its net gain over the whole workload is positive.
-4. Check: time the workload native-only and tuned, side by side; a tuned table that is not faster
-   is not written.
+4. Check: time the workload native-only and tuned in alternating rounds (median of each); a tuned
+   table that is not faster is not written.
 """
 from __future__ import annotations
 
@@ -234,6 +234,7 @@ def tune(
     min_gain: float = 0.05,
     progress: Callable[[str], None] = lambda message: None,
     isolate: bool = True,
+    check_rounds: int = 7,
 ) -> TuneReport:
     """Record, measure, decide and check; installs the tuned buckets in `router` when they win.
 
@@ -277,29 +278,45 @@ def tune(
     overhead = python_route_overhead()
     chosen = decide(measurements, overhead, min_gain)
 
-    def step_ms() -> float:
-        return time_call(step, repeats=3, inner=steps) / 1e3
-
-    native_ms = step_ms()
     saved = {op: router.table.ops.get(op) for op in chosen}
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    tuned_routes = {}
     for op, buckets in chosen.items():
         route = router.table.ops.get(op) or OpRoute(candidates=router.plan(op).candidates)
         for b in buckets:
             b.provenance = Provenance(source="tune", workload=workload, at=now, record=router.gate.state)
-        router.table.ops[op] = route.model_copy(update={"buckets": buckets})
-        router.refresh(op)
-    tuned_ms = step_ms() if chosen else native_ms
-    kept = bool(chosen) and tuned_ms <= native_ms
-    note = ""
-    if chosen and not kept:
-        note = f"tuned step {tuned_ms:.3f} ms was not faster than native-only {native_ms:.3f} ms: not written"
-        for op, route in saved.items():
+        tuned_routes[op] = route.model_copy(update={"buckets": buckets})
+
+    def use(routes: dict[str, Optional[OpRoute]]) -> None:
+        for op, route in routes.items():
             if route is None:
                 router.table.ops.pop(op, None)
             else:
                 router.table.ops[op] = route
             router.refresh(op)
+
+    def step_ms() -> float:
+        return time_call(step, repeats=1, inner=steps) / 1e3
+
+    # Native-only and tuned alternate round by round, so that the machine's drifts touch both
+    # alike: a gain of a fraction of a percent is then told from the noise between rounds.
+    native_rounds, tuned_rounds = [], []
+    if chosen:
+        use(tuned_routes)
+        step()  # the tuned kernels' first calls in this process (compilation) stay out of the rounds
+    for _ in range(check_rounds if chosen else 1):
+        use(saved)
+        native_rounds.append(step_ms())
+        if chosen:
+            use(tuned_routes)
+            tuned_rounds.append(step_ms())
+    native_ms = statistics.median(native_rounds)
+    tuned_ms = statistics.median(tuned_rounds) if chosen else native_ms
+    kept = bool(chosen) and tuned_ms <= native_ms
+    use(tuned_routes if kept else saved)
+    note = ""
+    if chosen and not kept:
+        note = f"tuned step {tuned_ms:.3f} ms was not faster than native-only {native_ms:.3f} ms: not written"
     elif not chosen:
         note = "no candidate beat native on this workload; the table keeps native"
     return TuneReport(
