@@ -24,6 +24,8 @@ def test_parse_and_bucket_lookup():
     assert route.bucket_for(10).choice == "flaggems"
     assert route.bucket_for(200).choice == "native"
     assert route.bucket_for(1000) is None
+    typed = route.model_copy(update={"buckets": [Bucket(max_numel=16, dtype="bfloat16", choice="flaggems")]})
+    assert typed.bucket_for(10, "bfloat16").choice == "flaggems" and typed.bucket_for(10, "float32") is None
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torch_fl.routing.table import OpRoute
 from torch_fl.routing.tuner import Measurement, Sample, bucket_bound, decide, disagreement, measure, tune
 
 
@@ -17,7 +18,20 @@ def test_bucket_bounds_are_powers_of_two():
 
 def test_a_clear_win_is_chosen():
     chosen = decide([m("aten::mm", 1 << 20, 10, 100.0, 50.0)], overhead_us=5.0, min_gain=0.05)
-    assert [b.choice for b in chosen["aten::mm"]] == ["flaggems"]
+    # the sizes below the measured bucket were not measured: they stay native
+    assert [(b.max_numel, b.dtype, b.choice) for b in chosen["aten::mm"]] == [
+        (1 << 19, "float32", "native"), (1 << 20, "float32", "flaggems")]
+
+
+def test_buckets_are_per_dtype():
+    """Two dtypes of one op at one size are two buckets, each found only by its own dtype."""
+    bf16 = Measurement("aten::_to_copy", 1 << 28, "bfloat16", 1, us={"native": 740.0, "flaggems": 490.0})
+    fp32 = Measurement("aten::_to_copy", 1 << 28, "float32", 1, us={"native": 370.0, "flaggems": 460.0})
+    chosen = decide([bf16, fp32], overhead_us=1.0, min_gain=0.05)
+    route = OpRoute(candidates=["native", "flaggems"], buckets=chosen["aten::_to_copy"])
+    assert route.bucket_for(1 << 28, "bfloat16").choice == "flaggems"
+    assert route.bucket_for(1 << 28, "float32").choice == "native"
+    assert route.bucket_for(1 << 20, "bfloat16").choice == "native"
 
 
 def test_losses_everywhere_keep_native():
@@ -124,6 +138,6 @@ def test_the_check_alternates_rounds_and_keeps_only_a_faster_table(fresh_routes,
     assert report.kept is tuned_faster and report.step_ms_native == 1.0
     route = fresh_routes.table.ops.get("aten::neg")
     if tuned_faster:
-        assert report.chosen and route.buckets[0].choice == "vendor"
+        assert report.chosen and [b.choice for b in route.buckets] == ["native", "vendor"]
     else:
         assert not report.chosen and route is before and "not faster" in report.note

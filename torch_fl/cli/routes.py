@@ -93,7 +93,7 @@ def show(name: str = typer.Argument(..., help="Platform name."), as_json: bool =
             t.add_column(column)
         for row in rows:
             ok = ", ".join(f"{p}:{len(v)}" for p, v in row["validated_dtypes"].items())
-            buckets = "; ".join(f"<={b['max_numel']}:{b['choice']}" for b in row["buckets"])
+            buckets = "; ".join(f"<={b['max_numel']}{' ' + b['dtype'] if b.get('dtype') else ''}:{b['choice']}" for b in row["buckets"])
             t.add_row(row["op"], ", ".join(row["candidates"]), ok, buckets)
         console.print(t)
 

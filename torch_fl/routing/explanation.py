@@ -43,7 +43,8 @@ class Explanation:
             dtypes = ", ".join(p.validated_dtypes) or "none"
             lines.append(f"  - {p.path}: {state}; allowed dtypes: {dtypes}{'; ' + p.note if p.note else ''}")
         for b in self.buckets:
-            lines.append(f"  bucket <= {b['max_numel']} elements -> {b['choice']} {b.get('measured_us', '')}")
+            of = f" {b['dtype']}" if b.get("dtype") else ""
+            lines.append(f"  bucket <= {b['max_numel']} elements{of} -> {b['choice']} {b.get('measured_us', '')}")
         if self.calls:
             lines.append("  calls: " + ", ".join(f"{k}={v}" for k, v in self.calls.items()))
         return "\n".join(lines)

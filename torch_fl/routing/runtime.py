@@ -9,6 +9,7 @@ get no Python kernel at all: the C++ fallback serves them at C++ speed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import warnings
 from collections import Counter
@@ -151,7 +152,7 @@ class Router:
                 paths = installed.per_dtype[dtype] = self.paths_for(plan, dtype) or ["native"]
             route = self.table.ops.get(op)
             if route is not None and route.buckets:
-                bucket = route.bucket_for(_largest_numel(args))
+                bucket = route.bucket_for(_largest_numel(args), _dtype_name(dtype))
                 if bucket is not None and bucket.choice in paths:
                     paths = [bucket.choice] + [p for p in paths if p != bucket.choice]
             failure: Optional[BaseException] = None
@@ -212,6 +213,11 @@ def _first_dtype(args: tuple[Any, ...]) -> Any:
         if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
             return a[0].dtype
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _dtype_name(dtype: Any) -> Optional[str]:
+    return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
 def _largest_numel(args: tuple[Any, ...]) -> int:

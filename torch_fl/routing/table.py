@@ -11,6 +11,7 @@ order survive `torch-fl routes tune` and `torch-fl onboard`.
         provenance: {source: onboard}
         buckets:                       # written by the tuner
           - max_numel: 1048576         # largest input has at most this many elements
+            dtype: bfloat16            # of the first tensor argument; left out: any dtype
             choice: native
             measured_us: {native: 11.8, flaggems: 96.1}
             provenance: {source: tune, workload: bench/train_step.py, at: "2026-12-02T12:00:00Z"}
@@ -48,6 +49,7 @@ class Provenance(_Model):
 
 class Bucket(_Model):
     max_numel: int = Field(ge=0, description="Upper bound on the element count of the largest tensor input.")
+    dtype: Optional[str] = Field(None, description="The first tensor argument's dtype (float32, bfloat16...); none: any.")
     choice: str
     measured_us: dict[str, float] = Field(default_factory=dict)
     provenance: Optional[Provenance] = None
@@ -58,9 +60,10 @@ class OpRoute(_Model):
     provenance: Optional[Provenance] = None
     buckets: list[Bucket] = Field(default_factory=list)
 
-    def bucket_for(self, numel: int) -> Optional[Bucket]:
+    def bucket_for(self, numel: int, dtype: Optional[str] = None) -> Optional[Bucket]:
+        """The first bucket of `dtype` (or of any dtype) that `numel` elements fit in."""
         for bucket in self.buckets:
-            if numel <= bucket.max_numel:
+            if numel <= bucket.max_numel and (bucket.dtype is None or bucket.dtype == dtype):
                 return bucket
         return None
 
