@@ -49,7 +49,7 @@ for stage in ${STAGES:-tests}; do
         tests/routing/test_emulated_fp8.py tests/onboarding/test_end_to_end.py::test_onboard_like_nvidia_h200_on_cuda} ;;
     conformance)
       timeout $(( $(left) - 15 )) torch-fl conformance run nvidia_h200 \
-        ${CONFORMANCE_ARGS:---paths native,flaggems,emulated --suite ops,amp,rng,compile,profiler,model -n 16} --json
+        ${CONFORMANCE_ARGS:---paths native,flaggems,emulated --suite ops,amp,rng,compile,profiler,model,workload -n 16} --json
       cp $RECORDS/torch-2.11.json $RECORDS/torch-2.11.md "$OUT/" 2>/dev/null
       record_complete || cp $RECORDS/torch-2.11.journal.jsonl "$OUT/" ;;
     tune)

@@ -306,7 +306,7 @@ def mib(value: int | None) -> str:
 
 
 def report(
-    sides: dict[str, dict], failed: dict[str, str], variants: list[str], rtol: float, compiled_steps: int
+    sides: dict[str, dict], failed: dict[str, str], variants: list[str], rtol: float, judged_steps: int
 ) -> tuple[str, dict]:
     """The side-by-side table and the summary (ratios, loss agreement, failed sides)."""
     first = next(iter(sides.values()))
@@ -323,11 +323,15 @@ def report(
         if label != reference_label and reference_label in sides:
             reference = sides[reference_label]
             value = reference["ms_per_step"] / s["ms_per_step"]
-            # Eager flagos runs the backing's own kernels: every step must agree. Inductor generates
-            # flagos' kernels separately (other fusions, other summation orders): the first steps
-            # must agree, after which bf16 training amplifies rounding chaotically (plain compiled
-            # and plain eager drift apart just as much; both drifts are printed).
-            steps = compiled_steps if s["variant"] == "compiled" else None
+            # Eager flagos on the host runs the CPU's own kernels: every step must agree. Inductor
+            # generates flagos' kernels separately (other fusions, other summation orders), and
+            # CUDA's own step is not bitwise reproducible (flash attention's backward accumulates
+            # with atomics; on the H200 native-only equalled plain eager over all 53 steps in one
+            # run and over 6 in another): there the first steps must agree, after which bf16
+            # training amplifies rounding chaotically (plain compiled and plain eager drift apart
+            # just as much; the drifts are printed).
+            exact = s["variant"] != "compiled" and s["backing"] == "cpu"
+            steps = None if exact else judged_steps
             ok, worst = agreement(s, reference, rtol, steps)
             key = s["variant"] if s["side"] == "flagos" else label
             summary["ratios"][key] = round(value, 4)
@@ -343,8 +347,8 @@ def report(
     for label, why in failed.items():
         lines.append(f"{label:24s}FAILED ({why})")
     lines.append(
-        f"losses: relative tolerance {rtol:g} against the plain side of the same mode, every step "
-        f"(compiled: the first {compiled_steps}); largest relative difference over all steps: "
+        f"losses: relative tolerance {rtol:g} against the plain side of the same mode, every step on the host, "
+        f"the first {judged_steps} on a device and when compiled; largest relative difference over all steps: "
         + ", ".join(f"{v} {d:.2e}" for v, d in summary["worst_loss_rel_diff"].items())
     )
     if "plain compiled" in sides:
@@ -414,7 +418,7 @@ def main() -> None:
     failed = {label: handles[label].failed or "no result" for label in order if label in handles and results[label] is None}
     if "plain eager" not in sides:
         sys.exit(f"the plain side failed: {failed.get('plain eager')}")
-    text, summary = report(sides, failed, variants, LOSS_RTOL[backing], compiled_steps=args.warmup)
+    text, summary = report(sides, failed, variants, LOSS_RTOL[backing], judged_steps=args.warmup)
     probe = next((s for s in sides.values() if s["side"] == "flagos"), {"platform": "?", "gate": "?"})
     print(f"platform {probe['platform']} (conformance record: {probe['gate']})")
     print(text)

@@ -103,3 +103,34 @@ def test_the_benchmark_reports_a_dying_side_and_measures_the_others(crash_chip, 
     summary = json.loads(out.read_text())
     assert set(summary["sides"]) == {"plain eager", "flagos native-only"} and set(summary["failed"]) == {"flagos tuned"}
     assert summary["losses_agree"] == {"native-only": True} and not summary["all_agree"]
+
+
+@pytest.mark.parametrize("fault", ["crash", "wrong"])
+def test_the_workload_suite_keeps_a_route_that_breaks_training_off(crash_chip, tmp_path, fault):
+    """The vendor gelu breaks the decoder (it segfaults, or gives zeros): its workload case fails,
+    and with that record the gate refuses it, while the right vendor ones_like it also reaches is
+    allowed."""
+    folder = tmp_path / "plats" / "crash_chip"
+    kernels = folder / "vendor_kernels.py"
+    kernels.write_text(kernels.read_text() + "\n\ndef ones_like(self, **kwargs):\n    return torch.ones_like(self, **kwargs)\n")
+    descriptor = folder / "platform.yaml"
+    descriptor.write_text(descriptor.read_text().replace("      aten::neg: neg\n", "      aten::neg: neg\n      aten::ones_like: ones_like\n"))
+    routes = folder / "routes.yaml"
+    routes.write_text(routes.read_text() + "  aten::ones_like:\n    candidates: [native, vendor]\n")
+    if fault == "wrong":
+        kernels.write_text(kernels.read_text().replace(
+            "    _crash()\n    return torch.nn.functional.gelu(self, approximate=approximate)",
+            "    return torch.zeros_like(self)"))
+    run = crash_chip("torch-fl", "conformance", "run", "crash_chip", "--suite", "workload", "--paths", "vendor", "-n", "1", "--json")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    record = json.loads((folder / "records" / Path(json.loads(run.stdout)["record"]).name).read_text())
+    cases = {c["id"]: c for c in record["cases"]}
+    gelu = cases["workload/vendor/aten::gelu/float32"]
+    assert gelu["status"] == ("crashed" if fault == "crash" else "failed"), gelu
+    if fault == "wrong":
+        assert "depart from native" in gelu["message"]
+    shown = crash_chip("torch-fl", "routes", "show", "crash_chip", "--json", FLAGOS_ALLOW_UNVALIDATED="0")
+    routes = {r["op"]: r for r in json.loads(shown.stdout)["ops"]}
+    assert routes["aten::gelu"]["validated_dtypes"]["vendor"] == []
+    assert cases["workload/vendor/aten::ones_like/float32"]["status"] == "passed"
+    assert routes["aten::ones_like"]["validated_dtypes"]["vendor"] == ["float32"]
