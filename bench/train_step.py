@@ -326,8 +326,8 @@ def report(
             # Eager flagos on the host runs the CPU's own kernels: every step must agree. Inductor
             # generates flagos' kernels separately (other fusions, other summation orders), and
             # CUDA's own step is not bitwise reproducible (flash attention's backward accumulates
-            # with atomics; on the H200 native-only equalled plain eager over all 53 steps in one
-            # run and over 6 in another): there the first steps must agree, after which bf16
+            # with atomics; on the H200 native-only equalled plain eager over all 58 steps in one
+            # run and over 9 in another): there the first steps must agree, after which bf16
             # training amplifies rounding chaotically (plain compiled and plain eager drift apart
             # just as much; the drifts are printed).
             exact = s["variant"] != "compiled" and s["backing"] == "cpu"
