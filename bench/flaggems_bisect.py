@@ -52,6 +52,7 @@ def flaggems_ops() -> dict:
 
 
 def op_name(func: torch._ops.OpOverload) -> str:
+    """aten::add.Tensor, aten::gelu: the names routes use (torch_fl's own helper is not importable here)."""
     name = func.name()
     return name if func._overloadname != "default" else name.removesuffix(".default")
 

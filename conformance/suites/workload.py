@@ -61,8 +61,7 @@ def test_each_route_trains_the_decoder(fl: Any) -> None:
                     continue
                 with fl.case(case_id, SUITE, op=op, dtype=None if seen_dtype == "-" else seen_dtype, path=path) as case:
                     with fl.forced(op, path):
-                        losses = _train(dtype)
-                    fl.synchronize()
+                        losses = _train(dtype)  # each loss read waits for the device: a fault surfaces here
                     worst = _departure(losses, reference)
                     assert worst <= rtol, (
                         f"with {op} on {path} the decoder's losses depart from native's by {worst:.2e} "
