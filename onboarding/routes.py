@@ -32,7 +32,11 @@ def initial_table(descriptor: PlatformDescriptor, like: PlatformDescriptor | Non
         for op, route in source.ops.items():
             # --like's vendor kernels are not inherited, so neither are its vendor routes.
             kept = [c for c in route.candidates if c in declared and (c != "vendor" or op in vendor_ops)]
-            if [c for c in kept if c not in ("native", "cpu")]:  # an entry of only native/cpu says nothing
+            # A person's entry keeps its reason (a kernel library's known defect holds on any chip);
+            # otherwise an entry of only native/cpu says nothing.
+            if route.provenance is not None and route.provenance.source == "person":
+                ops[op] = OpRoute(candidates=kept, provenance=route.provenance)
+            elif [c for c in kept if c not in ("native", "cpu")]:
                 ops[op] = OpRoute(candidates=kept, provenance=Provenance(source="onboard", note=note))
     else:
         seeded = seed_table(descriptor)

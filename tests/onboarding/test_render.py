@@ -61,6 +61,9 @@ def test_like_keeps_routes_of_declared_sets_and_drops_tuned_buckets(repo):
     assert set(made.ops) == set(h200.ops) | {EXAMPLE_OP}
     assert made.ops[EXAMPLE_OP].candidates[0] == "vendor"
     assert all(not r.buckets for r in made.ops.values())
+    # a person's entry (FlagGems' layer-norm backward defect) comes along with its reason
+    kept = made.ops["aten::native_layer_norm_backward"]
+    assert kept.candidates == ["native"] and kept.provenance.source == "person" and "FlagGems" in kept.provenance.note
 
 
 def test_host_backing_drops_flaggems(repo):
