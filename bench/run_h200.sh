@@ -15,6 +15,7 @@
 #   bisect       bench/flaggems_bisect.py on $BISECT_CONFIGS (default small): which FlagGems kernel
 #                breaks training, on plain CUDA and on flagos
 #   model        the conformance model suite alone, into $OUT/model (the tracked record is kept)
+#   workload     the conformance workload suite, added to the tracked record (--add; copy it back)
 #   profile      bench/host_profile.py small and large
 #   dispatch     bench/dispatch_overhead.py
 set -u
@@ -70,6 +71,9 @@ for stage in ${STAGES:-tests}; do
           --json "$OUT/bisect_$c.json"; done ;;
     model) timeout $(( $(left) )) torch-fl conformance run nvidia_h200 --suite model --paths native \
         --record-dir "$OUT/model" --json ;;
+    workload) timeout $(( $(left) - 15 )) torch-fl conformance run nvidia_h200 --suite workload \
+        --paths flaggems,emulated -n 4 --add --json
+      cp $RECORDS/torch-2.11.json $RECORDS/torch-2.11.md "$OUT/" ;;
     profile) for c in ${CONFIGS:-small large}; do timeout $(( $(left) / 2 )) $PY bench/host_profile.py --config "$c" --steps 5; done ;;
     dispatch) timeout $(( $(left) )) $PY bench/dispatch_overhead.py ;;
     *) echo "unknown stage $stage" ;;

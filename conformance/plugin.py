@@ -15,6 +15,7 @@ always uses at least one worker).
 """
 from __future__ import annotations
 
+import json
 import os
 import platform as host_platform
 import socket
@@ -47,6 +48,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fl-item-timeout", type=float, default=600.0, help="Seconds an item may spend outside its cases.")
     group.addoption("--fl-warmup-timeout", type=float, default=900.0, help="Seconds for the first call of a compiling path.")
     group.addoption("--fl-resume", action="store_true", default=False, help="Continue the run in the journal.")
+    group.addoption("--fl-add", action="store_true", default=False, help="Add the cases to the existing complete record.")
     group.addoption("--fl-quiet", action="store_true", default=False, help="No progress display.")
 
 
@@ -133,6 +135,12 @@ class Controller:
                 "case_timeout_s": config.getoption("fl_case_timeout"),
             },
         }
+        # --add: the existing record's cases are the base (checked addable by the runner); this
+        # run's cases replace those of the same id, and the record is written only once complete.
+        self.adding = bool(config.getoption("fl_add"))
+        base = json.loads(self.record_file.read_text()) if self.adding else None
+        if base is not None:
+            header["selection"]["added_to"] = base.get("machine", {}).get("selection")
         previous = journal.header(self.journal_file) if config.getoption("fl_resume") else None
         if previous is not None:
             for key in ("platform", "descriptor_hash", "torch"):
@@ -148,6 +156,8 @@ class Controller:
         (self.run_dir / "inflight").mkdir(parents=True, exist_ok=True)
         self.reader = journal.Reader(self.journal_file)
         self.collector = recordfile.Collector()
+        if base is not None:
+            self.collector.seed(base)
         self.collector.feed(self.reader.new())
         self.done_items = sorted(self.collector.items_done | self._items_with_own_case())
         config.stash[DONE_ITEMS] = self.done_items
@@ -233,7 +243,8 @@ class Controller:
         statuses = self._statuses()
         self.progress.update(self.items_done, statuses)
         record = recordfile.build(self.collector, complete, finished, extra)
-        recordfile.write(self.record_file, record)
+        if complete or not self.adding:
+            recordfile.write(self.record_file, record)
         return record
 
     @pytest.hookimpl(trylast=True)
@@ -246,7 +257,8 @@ class Controller:
         total_wall = sum(s.get("wall_s", 0.0) for s in self.collector.sessions)
         record = self.merge(complete, recordfile.now(), {"wall_s": round(total_wall, 1)})
         self.progress.close()
-        summary.write(self.record_file, record)
+        if complete or not self.adding:
+            summary.write(self.record_file, record)
         if complete:
             # Everything is in the record now; the journal only served to resume.
             self.journal_file.unlink(missing_ok=True)

@@ -37,6 +37,13 @@ class Collector:
         self.sessions: list[dict[str, Any]] = []
         self.devices: set[str] = set()
 
+    def seed(self, record: dict[str, Any]) -> None:
+        """Start from a record's cases (`--add`); the run's own header and cases follow."""
+        for case in record.get("cases", []):
+            self.cases[case["id"]] = {k: case.get(k) for k in CASE_FIELDS}
+        for session in record.get("machine", {}).get("sessions", []):
+            self.sessions.append(session)
+
     def feed(self, entries: Iterable[dict[str, Any]]) -> int:
         """Take entries; returns how many were cases."""
         n = 0

@@ -38,6 +38,7 @@ class RunOptions:
     suites: list[str] | None = None
     paths: list[str] | None = None
     resume: bool = False
+    add: bool = False
     timeout: float = 60.0
     record_dir: Path | None = None
     quiet: bool = False
@@ -88,6 +89,34 @@ def validate(options: RunOptions) -> None:
         raise ValueError(f"unknown path(s) {unknown}; paths: {', '.join(PATHS)}")
     if options.workers != "auto" and (not str(options.workers).isdigit() or int(options.workers) < 1):
         raise ValueError("-n takes 'auto' or a number of workers >= 1 (a worker is what survives a crashing kernel)")
+    if options.add and options.resume:
+        raise ValueError("--add and --resume cannot be combined: an interrupted --add run leaves the record as it was; run it again")
+
+
+def check_addable(platform: str, record_file: Path) -> None:
+    """--add adds cases to a complete record made here: same descriptor, torch and kernel libraries."""
+    from torch_fl.platform.discovery import load_platform
+    from torch_fl.platform.record import descriptor_hash, installed_kernel_versions, installed_version
+
+    if not record_file.is_file():
+        raise ValueError(f"--add: there is no record {record_file} to add to; run the conformance without --add first")
+    try:
+        record = json.loads(record_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--add: {record_file} is not JSON ({exc}); run the conformance without --add") from None
+    descriptor = load_platform(platform)
+    expected = {
+        "platform": platform,
+        "descriptor_hash": descriptor_hash(descriptor),
+        "torch_version": installed_version("torch") or "0",
+        "kernel_libraries": {k: v or "not installed" for k, v in installed_kernel_versions(descriptor).items()},
+    }
+    if not record.get("complete"):
+        raise ValueError(f"--add: {record_file} is not complete; finish it with --resume first")
+    for key, value in expected.items():
+        if record.get(key) != value:
+            raise ValueError(f"--add: {record_file} has {key} {record.get(key)!r}, here it is {value!r}; "
+                             "run the whole conformance without --add")
 
 
 def resume_selection(options: RunOptions, record_file: Path) -> RunOptions:
@@ -143,6 +172,8 @@ def pytest_command(options: RunOptions, record_file: Path, ini: Path) -> list[st
         argv += ["-k", options.k]
     if options.resume:
         argv.append("--fl-resume")
+    if options.add:
+        argv.append("--fl-add")
     if options.quiet:
         argv.append("--fl-quiet")
     return argv + list(options.pytest_args)
@@ -165,6 +196,8 @@ def run(options: RunOptions) -> RunOutcome:
     record_file = record_file_for(options.platform, options.record_dir)
     if options.resume:
         options = resume_selection(options, record_file)
+    if options.add:
+        check_addable(options.platform, record_file)
     folder = journal.run_dir(record_file)
     folder.mkdir(parents=True, exist_ok=True)
     ini = folder / "pytest.ini"

@@ -37,6 +37,10 @@ def run_cmd(
     suite: str | None = typer.Option(None, "--suite", help="Comma-separated suites: ops,amp,rng,ddp,fsdp2,compile,profiler,model,workload."),
     paths: str | None = typer.Option(None, "--paths", help="Comma-separated route paths to exercise: native,flaggems,vendor,emulated,cpu."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its journal (skips recorded cases)."),
+    add: bool = typer.Option(
+        False, "--add", help="Add the selected cases to the complete record made here, replacing cases of the same id; "
+        "the record changes only when the run completes."
+    ),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds one case may take before it is stopped as hung."),
     warmup_timeout: float = typer.Option(900.0, "--warmup-timeout", help="Seconds for the first call per op of a compiling path (FlagGems autotuning)."),
     samples: int = typer.Option(2, "--samples", min=1, help="OpInfo samples per op and dtype."),
@@ -48,7 +52,7 @@ def run_cmd(
     from torch_fl.platform.errors import PlatformError
 
     options = RunOptions(
-        platform=name, k=k, workers=workers, suites=_split(suite), paths=_split(paths), resume=resume,
+        platform=name, k=k, workers=workers, suites=_split(suite), paths=_split(paths), resume=resume, add=add,
         timeout=timeout, record_dir=record_dir, quiet=as_json, samples=samples, warmup_timeout=warmup_timeout,
     )
     try:

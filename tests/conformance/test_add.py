@@ -1,0 +1,38 @@
+"""--add: a short run adds its cases to a complete record, and leaves an unfit one alone."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conformance_helpers import cases_by_id, conformance, run_env
+
+
+def test_add_keeps_the_record_and_adds_the_suite(tmp_path: Path) -> None:
+    records = ["--record-dir", str(tmp_path)]
+    first = conformance(["host_ref", "--suite", "rng", "-n", "1", *records], run_env())
+    assert first["complete"], first
+    record_file = Path(first["record"])
+    before = cases_by_id(record_file)
+    added = conformance(["host_ref", "--suite", "workload", "-n", "1", "--add", *records], run_env())
+    assert added["ok"] and added["complete"], added
+    after = cases_by_id(record_file)
+    assert {i: c["status"] for i, c in before.items()} == {i: after[i]["status"] for i in before}
+    workload = [i for i in after if i.startswith("workload/")]
+    assert workload and len(after) == len(before) + len(workload)
+    record = json.loads(record_file.read_text())
+    assert record["complete"] and set(record["summary"]["by_suite"]) == {"rng", "workload"}
+    assert record["machine"]["selection"]["suites"] == ["workload"]
+    assert record["machine"]["selection"]["added_to"]["suites"] == ["rng"]
+
+
+def test_add_needs_a_complete_record_made_here(tmp_path: Path) -> None:
+    missing = conformance(["host_ref", "--suite", "workload", "--add", "--record-dir", str(tmp_path)], run_env())
+    assert not missing["ok"] and "no record" in missing["error"] and "without --add" in missing["error"]
+    first = conformance(["host_ref", "--suite", "rng", "-n", "1", "--record-dir", str(tmp_path)], run_env())
+    record_file = Path(first["record"])
+    record = json.loads(record_file.read_text())
+    record["descriptor_hash"] = "sha256:other"
+    record_file.write_text(json.dumps(record))
+    other = conformance(["host_ref", "--suite", "workload", "--add", "--record-dir", str(tmp_path)], run_env())
+    assert not other["ok"] and "descriptor_hash" in other["error"]
+    assert json.loads(record_file.read_text()) == record  # left as it was
