@@ -141,3 +141,9 @@ def test_the_check_alternates_rounds_and_keeps_only_a_faster_table(fresh_routes,
         assert report.chosen and [b.choice for b in route.buckets] == ["native", "vendor"]
     else:
         assert not report.chosen and route is before and "not faster" in report.note
+
+
+def test_a_call_without_tensors_gets_a_bucket_of_any_dtype():
+    chosen = decide([Measurement("aten::ones", 1, "None", 5, us={"native": 20.0, "flaggems": 5.0})], overhead_us=1.0, min_gain=0.05)
+    route = OpRoute(candidates=["native", "flaggems"], buckets=chosen["aten::ones"])
+    assert route.bucket_for(1, None).choice == "flaggems"

@@ -208,6 +208,7 @@ def decide(measurements: list[Measurement], overhead_us: float, min_gain: float)
         gain = 0.0
         buckets = []
         for m in sorted(ms, key=lambda m: (m.dtype, m.bound)):
+            dtype = None if m.dtype == "None" else m.dtype  # a call without tensors: any dtype
             native = m.us.get("native")
             best = m.best()
             if native is None:
@@ -215,13 +216,13 @@ def decide(measurements: list[Measurement], overhead_us: float, min_gain: float)
             if best != "native" and m.us[best] < native * (1 - min_gain):
                 gain += m.calls * (native - m.us[best])
                 choice = best
-                if not any(b.dtype == m.dtype for b in buckets) and m.bound > 1:
+                if not any(b.dtype == dtype for b in buckets) and m.bound > 1:
                     # sizes below the smallest one measured were not measured: they stay native
-                    buckets.append(Bucket(max_numel=m.bound // 2, dtype=m.dtype, choice="native"))
+                    buckets.append(Bucket(max_numel=m.bound // 2, dtype=dtype, choice="native"))
             else:
                 gain -= m.calls * overhead_us  # a native call through the Python kernel
                 choice = "native"
-            buckets.append(Bucket(max_numel=m.bound, dtype=m.dtype, choice=choice, measured_us=dict(m.us)))
+            buckets.append(Bucket(max_numel=m.bound, dtype=dtype, choice=choice, measured_us=dict(m.us)))
         if gain > 0 and any(b.choice != "native" for b in buckets):
             chosen[op] = buckets
     return chosen
