@@ -69,8 +69,7 @@ class _Calls(TorchDispatchMode):
 
 def train(config: str, device: str, steps: int) -> list[float]:
     decoder = workload()
-    _, _, step = decoder.build(decoder.CONFIGS[config], device, torch.bfloat16)
-    return [float(step()) for _ in range(steps)]
+    return decoder.train(decoder.CONFIGS[config], device, steps, torch.bfloat16)
 
 
 def listing(args: argparse.Namespace) -> dict:

@@ -93,31 +93,20 @@ class Controller:
 
     def __init__(self, config: pytest.Config, distributed: bool) -> None:
         from torch_fl.platform.discovery import load_platform
-        from torch_fl.platform.record import (
-            descriptor_hash,
-            installed_kernel_versions,
-            installed_version,
-        )
-        from torch_fl.platform.versions import minor_line
 
         self.config = config
         self.distributed = distributed
         name = config.getoption("fl_platform")
         os.environ["FLAGOS_PLATFORM"] = name  # the workers inherit it and activate this platform
         descriptor = load_platform(name)
-        torch_version = installed_version("torch") or "0"
-        torch_line = minor_line(torch_version)
-        self.record_file = _record_file(config, descriptor, torch_line)
+        made_here = recordfile.identity(descriptor)
+        self.record_file = _record_file(config, descriptor, made_here["torch"])
         self.journal_file = journal.journal_path(self.record_file)
         self.run_dir = journal.run_dir(self.record_file)
         workers = config.getoption("numprocesses", None) if distributed else 0
         self.workers = int(workers) if isinstance(workers, int) or str(workers).isdigit() else (os.cpu_count() or 1)
         header = {
-            "platform": name,
-            "descriptor_hash": descriptor_hash(descriptor),
-            "torch": torch_line,
-            "torch_version": torch_version,
-            "kernel_libraries": {k: v or "not installed" for k, v in installed_kernel_versions(descriptor).items()},
+            **made_here,
             "started": recordfile.now(),
             "machine": {
                 "hostname": socket.gethostname(),

@@ -23,6 +23,22 @@ CRITERION = 0.95
 """The issue's bar: of the op x dtype cases the CPU itself passes, this share must pass on flagos."""
 
 
+def identity(descriptor: Any) -> dict[str, Any]:
+    """What a record must share with this machine to stand for it: the platform's descriptor, the
+    torch release and the kernel libraries installed here."""
+    from torch_fl.platform.record import descriptor_hash, installed_kernel_versions, installed_version
+    from torch_fl.platform.versions import minor_line
+
+    torch_version = installed_version("torch") or "0"
+    return {
+        "platform": descriptor.name,
+        "descriptor_hash": descriptor_hash(descriptor),
+        "torch": minor_line(torch_version),
+        "torch_version": torch_version,
+        "kernel_libraries": {k: v or "not installed" for k, v in installed_kernel_versions(descriptor).items()},
+    }
+
+
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 

@@ -95,8 +95,8 @@ def validate(options: RunOptions) -> None:
 
 def check_addable(platform: str, record_file: Path) -> None:
     """--add adds cases to a complete record made here: same descriptor, torch and kernel libraries."""
+    from torch_fl.conformance.recordfile import identity
     from torch_fl.platform.discovery import load_platform
-    from torch_fl.platform.record import descriptor_hash, installed_kernel_versions, installed_version
 
     if not record_file.is_file():
         raise ValueError(f"--add: there is no record {record_file} to add to; run the conformance without --add first")
@@ -104,13 +104,7 @@ def check_addable(platform: str, record_file: Path) -> None:
         record = json.loads(record_file.read_text())
     except json.JSONDecodeError as exc:
         raise ValueError(f"--add: {record_file} is not JSON ({exc}); run the conformance without --add") from None
-    descriptor = load_platform(platform)
-    expected = {
-        "platform": platform,
-        "descriptor_hash": descriptor_hash(descriptor),
-        "torch_version": installed_version("torch") or "0",
-        "kernel_libraries": {k: v or "not installed" for k, v in installed_kernel_versions(descriptor).items()},
-    }
+    expected = identity(load_platform(platform))
     if not record.get("complete"):
         raise ValueError(f"--add: {record_file} is not complete; finish it with --resume first")
     for key, value in expected.items():
