@@ -11,11 +11,11 @@
 #   conformance  torch-fl conformance run nvidia_h200 ($CONFORMANCE_ARGS; add --resume to continue)
 #   tune         torch-fl routes tune nvidia_h200 on $TUNE_WORKLOAD (large), $TUNE_ARGS (--include-gemm)
 #   bench        bench/train_step.py: large ($BENCH_ARGS; every variant) unless SKIP_LARGE, and small
-#                (launch-bound; $SMALL_ARGS)
+#                (launch-bound; $SMALL_ARGS) unless SKIP_SMALL
 #   bisect       bench/flaggems_bisect.py on $BISECT_CONFIGS (default small): which FlagGems kernel
 #                breaks training, on plain CUDA and on flagos
 #   model        the conformance model suite alone, into $OUT/model (the tracked record is kept)
-#   workload     the conformance workload suite, added to the tracked record (--add; copy it back)
+#   workload     the conformance workload suite (and $ADD_SUITES), added to the tracked record (--add; copy it back)
 #   profile      bench/host_profile.py small and large
 #   dispatch     bench/dispatch_overhead.py
 set -u
@@ -24,8 +24,12 @@ mkdir -p "$OUT"
 DEADLINE=$(( $(date +%s) + ${BUDGET:-570} ))
 export PYTHONUNBUFFERED=1 FLAGOS_PLATFORM=nvidia_h200 GEMS_VENDOR=nvidia
 export FLAGOS_BUILD_DIR=${FLAGOS_BUILD_DIR:-/tmp/torch_fl_build}
-# FlagGems autotuning results and Triton binaries survive across processes and stages
+# FlagGems autotuning results and Triton binaries survive across processes and stages. The tuned
+# configurations (minutes of autotuning per GEMM shape) go to one file, named without the GPU, that
+# comes back in $OUT: carry .cache/flaggems into a later call and they are not measured again.
 export FLAGGEMS_CACHE_DIR=${FLAGGEMS_CACHE_DIR:-$PWD/.cache/flaggems} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.cache/triton}
+mkdir -p "$FLAGGEMS_CACHE_DIR"
+export FLAGGEMS_DB_URL=${FLAGGEMS_DB_URL:-sqlite:///$FLAGGEMS_CACHE_DIR/tuned_configs.db}
 PY=python3
 RECORDS=platforms/nvidia_h200/records
 {
@@ -64,14 +68,14 @@ for stage in ${STAGES:-tests}; do
     bench)
       [ -n "${SKIP_LARGE:-}" ] || timeout $(( $(left) - 60 )) $PY bench/train_step.py --config large \
         --json "$OUT/bench_large.json" ${BENCH_ARGS:-}
-      timeout $(( $(left) )) $PY bench/train_step.py --config small ${SMALL_ARGS:---variants native-only,flaggems-first,tuned} \
-        --json "$OUT/bench_small.json" ;;
+      [ -n "${SKIP_SMALL:-}" ] || timeout $(( $(left) )) $PY bench/train_step.py --config small \
+        ${SMALL_ARGS:---variants native-only,flaggems-first,tuned} --json "$OUT/bench_small.json" ;;
     bisect) for c in ${BISECT_CONFIGS:-small}; do
         timeout $(( $(left) )) $PY bench/flaggems_bisect.py --config "$c" --modes ${BISECT_MODES:-plain,flagos} \
           --json "$OUT/bisect_$c.json"; done ;;
     model) timeout $(( $(left) )) torch-fl conformance run nvidia_h200 --suite model --paths native \
         --record-dir "$OUT/model" --json ;;
-    workload) timeout $(( $(left) - 15 )) torch-fl conformance run nvidia_h200 --suite workload \
+    workload) timeout $(( $(left) - 15 )) torch-fl conformance run nvidia_h200 --suite ${ADD_SUITES:+$ADD_SUITES,}workload \
         --paths flaggems,emulated -n 4 --add --json
       cp $RECORDS/torch-2.11.json $RECORDS/torch-2.11.md "$OUT/" ;;
     profile) for c in ${CONFIGS:-small large}; do timeout $(( $(left) / 2 )) $PY bench/host_profile.py --config "$c" --steps 5; done ;;
@@ -80,3 +84,4 @@ for stage in ${STAGES:-tests}; do
   esac > "$OUT/$stage.log" 2>&1
   echo "== $stage rc=$? $(( $(date +%s) - start ))s"; tail -${TAIL:-25} "$OUT/$stage.log"
 done
+cp "$FLAGGEMS_CACHE_DIR/tuned_configs.db" "$OUT/" 2>/dev/null

@@ -61,10 +61,16 @@ class Session:
         return str(self.descriptor.backing.device)
 
     def candidates(self, op: str) -> list[str]:
-        """The op's candidate paths as the platform declares them, limited to the selected paths."""
+        """The op's paths to check, limited to the selected ones: those the platform declares, then
+        every other Python kernel set that implements the op. A route table is a preference that a
+        person, the tuner or FLAGOS_ROUTE_DEFAULTS may reorder; the record must say what each path
+        can do (a table that keeps FlagGems' layer-norm backward off does not make it safe to run)."""
+        from torch_fl.routing import router
+
         self.activate()
-        found = self.candidates_by_op.get(op, self.default_candidates)
-        return [p for p in found if self.selected(p)]
+        declared = self.candidates_by_op.get(op, self.default_candidates)
+        others = [p for p in router().kernel_sets if p in PYTHON_PATHS and p not in declared and self.implements(op, p)]
+        return [p for p in declared + others if self.selected(p)]
 
     def selected(self, path: str) -> bool:
         return self.paths is None or path in self.paths

@@ -121,6 +121,9 @@ def test_the_workload_suite_keeps_a_route_that_breaks_training_off(crash_chip, t
         kernels.write_text(kernels.read_text().replace(
             "    _crash()\n    return torch.nn.functional.gelu(self, approximate=approximate)",
             "    return torch.zeros_like(self)"))
+        # a person kept it off in the table: the suite still checks it, for whoever reorders the routes
+        routes.write_text(routes.read_text().replace("  aten::gelu:\n    candidates: [vendor, native]\n",
+                                                     "  aten::gelu:\n    candidates: [native]\n"))
     run = crash_chip("torch-fl", "conformance", "run", "crash_chip", "--suite", "workload", "--paths", "vendor", "-n", "1", "--json")
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     record = json.loads((folder / "records" / Path(json.loads(run.stdout)["record"]).name).read_text())
@@ -129,8 +132,13 @@ def test_the_workload_suite_keeps_a_route_that_breaks_training_off(crash_chip, t
     assert gelu["status"] == ("crashed" if fault == "crash" else "failed"), gelu
     if fault == "wrong":
         assert "depart from native" in gelu["message"]
-    shown = crash_chip("torch-fl", "routes", "show", "crash_chip", "--json", FLAGOS_ALLOW_UNVALIDATED="0")
-    routes = {r["op"]: r for r in json.loads(shown.stdout)["ops"]}
-    assert routes["aten::gelu"]["validated_dtypes"]["vendor"] == []
     assert cases["workload/vendor/aten::ones_like/float32"]["status"] == "passed"
-    assert routes["aten::ones_like"]["validated_dtypes"]["vendor"] == ["float32"]
+    # the gate, asked with every op on vendor first over an empty table (the benchmark's
+    # flaggems-first variant), allows the right kernel and refuses the one that broke training
+    empty = tmp_path / "empty_routes.yaml"
+    empty.write_text("format: 1\nops: {}\n")
+    for op, expected in (("aten::gelu", []), ("aten::ones_like", ["float32"])):
+        explained = crash_chip("torch-fl", "routes", "explain", "crash_chip", op, "--json", FLAGOS_ALLOW_UNVALIDATED="0",
+                               FLAGOS_ROUTES=str(empty), FLAGOS_ROUTE_DEFAULTS="vendor,native")
+        paths = {p["path"]: p for p in json.loads(explained.stdout)["paths"]}
+        assert paths["vendor"]["validated_dtypes"] == expected, explained.stdout
