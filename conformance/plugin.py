@@ -129,7 +129,8 @@ class Controller:
         self.adding = bool(config.getoption("fl_add"))
         base = json.loads(self.record_file.read_text()) if self.adding else None
         if base is not None:
-            header["selection"]["added_to"] = base.get("machine", {}).get("selection")
+            # the run whose cases this one extends, with its machine: one record, several boards' runs
+            header["machine"]["added_to"] = {k: base.get(k) for k in ("started", "finished", "machine")}
         previous = journal.header(self.journal_file) if config.getoption("fl_resume") else None
         if previous is not None:
             for key in ("platform", "descriptor_hash", "torch"):

@@ -30,17 +30,10 @@ def _cell(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def render(record: dict[str, Any]) -> str:
-    s = record["summary"]
-    machine = record.get("machine", {})
+def _run_lines(machine: dict[str, Any]) -> list[str]:
+    """Where one run ran and what it selected."""
     selection = machine.get("selection", {})
-    crit = s["ops_criterion"]
-    lines = [
-        f"# Conformance: {record['platform']} on torch {record['torch_version']}",
-        "",
-        f"- record: `{record['platform']}` descriptor `{record['descriptor_hash'][:19]}...`, torch line {record['torch']}",
-        f"- kernel libraries: {', '.join(f'{k} {v}' for k, v in record['kernel_libraries'].items()) or 'none declared'}",
-        f"- started {record['started']}, finished {record['finished'] or '-'}; complete: **{'yes' if record['complete'] else 'no'}**",
+    return [
         f"- machine: {machine.get('hostname', '?')}, {machine.get('cpu_count', '?')} CPUs, "
         f"{machine.get('workers', '?')} workers, backing {machine.get('backing', '?')}"
         + (f", {machine['device']}" if machine.get("device") else ""),
@@ -48,6 +41,25 @@ def render(record: dict[str, Any]) -> str:
         + (f"; -k `{selection['k']}`" if selection.get("k") else "")
         + f"; {selection.get('samples', '?')} samples per op and dtype",
     ]
+
+
+def render(record: dict[str, Any]) -> str:
+    s = record["summary"]
+    machine = record.get("machine", {})
+    crit = s["ops_criterion"]
+    lines = [
+        f"# Conformance: {record['platform']} on torch {record['torch_version']}",
+        "",
+        f"- record: `{record['platform']}` descriptor `{record['descriptor_hash'][:19]}...`, torch line {record['torch']}",
+        f"- kernel libraries: {', '.join(f'{k} {v}' for k, v in record['kernel_libraries'].items()) or 'none declared'}",
+        f"- started {record['started']}, finished {record['finished'] or '-'}; complete: **{'yes' if record['complete'] else 'no'}**",
+        *_run_lines(machine),
+    ]
+    base = machine.get("added_to")
+    while base:  # --add: the runs whose cases this one extends, latest first
+        lines.append(f"- added to the run started {base.get('started')}, finished {base.get('finished') or '-'}:")
+        lines += ["  " + line for line in _run_lines(base.get("machine") or {})]
+        base = (base.get("machine") or {}).get("added_to")
     if s.get("wall_s") is not None:
         lines.append(f"- wall time: {s['wall_s']:.0f} s")
     lines += [

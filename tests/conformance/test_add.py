@@ -22,7 +22,10 @@ def test_add_keeps_the_record_and_adds_the_suite(tmp_path: Path) -> None:
     record = json.loads(record_file.read_text())
     assert record["complete"] and set(record["summary"]["by_suite"]) == {"rng", "workload"}
     assert record["machine"]["selection"]["suites"] == ["workload"]
-    assert record["machine"]["selection"]["added_to"]["suites"] == ["rng"]
+    base = record["machine"]["added_to"]
+    assert base["machine"]["selection"]["suites"] == ["rng"] and base["started"] < record["started"]
+    summary = record_file.with_suffix(".md").read_text()
+    assert "- added to the run started" in summary and "  - selection: suites rng;" in summary
 
 
 def test_add_needs_a_complete_record_made_here(tmp_path: Path) -> None:
