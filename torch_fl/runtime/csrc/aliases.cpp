@@ -9,11 +9,15 @@ namespace {
 
 Backing g_backing;
 
-// A TensorImpl over `dp` with the geometry, dtype and conj/neg bits of `like`.
+// A TensorImpl over `dp` with the geometry, dtype and conj/neg bits of `like`. A `bare` one has only
+// the backend key: no autograd or autocast keys and no version counter of its own (nothing to
+// allocate), which suits an alias that lives below autograd for one kernel call.
 at::Tensor wrap(const at::Tensor& like, c10::DataPtr&& dp, size_t nbytes, c10::DispatchKey key,
-                c10::Allocator* allocator, bool resizable) {
+                c10::Allocator* allocator, bool resizable, bool bare = false) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(dp), allocator, resizable);
-  auto r = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
+  auto r = bare ? at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, std::move(storage),
+                                                           c10::DispatchKeySet(key), like.dtype())
+                : at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
   r.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
   if (like.is_conj()) r._set_conj(true);
   if (like.is_neg()) r._set_neg(true);
@@ -70,16 +74,20 @@ at::Tensor borrow_as_backing(const at::Tensor& t) {
   // Resizable through the backing allocator: an out= kernel may grow it; the caller then moves the
   // new buffer into the flagos storage.
   return wrap(t, c10::DataPtr(s.mutable_data(), to_backing(t.device())), s.nbytes(), backing().key,
-              c10::GetAllocator(backing().type), true);
+              c10::GetAllocator(backing().type), true, /*bare=*/true);
 }
 
 at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
   if (!t.defined() || t.device().type() != backing().type) return std::move(t);
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   const c10::Storage& storage = impl->storage();
-  if (t.use_count() != 1 || storage.use_count() != 1 || !storage.resizable()) return as_flagos(t, host_index);
-  // Nobody else sees this buffer: relabel it in place instead of aliasing (no keep-alive object,
-  // and the CUDA caching allocator keeps ownership so record_stream still works).
+  if (t.use_count() != 1 || storage.use_count() != 1 || !storage.resizable() ||
+      !impl->allow_tensor_metadata_change() || impl->pyobj_slot()->load_pyobj() != nullptr) {
+    return as_flagos(t, host_index);
+  }
+  // Nobody else sees this tensor or its buffer: relabel both in place instead of aliasing (no
+  // keep-alive object, no new TensorImpl, and the CUDA caching allocator keeps ownership so
+  // record_stream still works).
   c10::StorageImpl* si = storage.unsafeGetStorageImpl();
   const auto dev = to_flagos(t.device(), host_index);
   if (host_backed()) {
@@ -90,12 +98,9 @@ at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
     si->mutable_data_ptr().unsafe_set_device(dev);
   }
   si->set_allocator(flagos_allocator());
-  auto r = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                                    t.dtype());
-  r.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  if (t.is_conj()) r._set_conj(true);
-  if (t.is_neg()) r._set_neg(true);
-  return r;
+  impl->set_storage_keep_dtype(c10::Storage(storage));  // the device follows the storage's
+  impl->_change_backend_component_keys(dev);            // and the backend and autocast keys it
+  return std::move(t);
 }
 
 at::Tensor rebase_view(const at::Tensor& view, const c10::Storage& flagos_storage) {

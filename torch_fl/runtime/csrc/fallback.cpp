@@ -149,6 +149,8 @@ void write_back(Swap& s) {
 at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index) {
   if (!t.defined() || t.device().type() != backing().type) return std::move(t);
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  // Each swap holds its alias and so the alias's storage: a result nothing else holds is new.
+  if (t.use_count() == 1 && impl->storage().use_count() == 1) return adopt_as_flagos(std::move(t), index);
   for (auto& s : swaps) {
     if (s.alias_impl == impl) return s.original;  // in-place and out= ops return their argument
   }
@@ -284,8 +286,10 @@ void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   info.native_calls.fetch_add(1, std::memory_order_relaxed);
 
   const size_t base = stack->size() - info.args.size();
-  // Kept to retry on the host if the backing kernel turns these inputs down (see below).
-  c10::SmallVector<c10::IValue, 8> arguments(stack->begin() + base, stack->end());
+  // Kept to retry on the host if the backing kernel turns these inputs down (see below); on the
+  // host backing there is nothing to retry with.
+  c10::SmallVector<c10::IValue, 8> arguments;
+  if (!host_backed()) arguments.assign(stack->begin() + base, stack->end());
   NativeArguments args;
   rewrite_arguments(stack, base, info, args);
   // On the host backing a CPU operand would silently work; refuse it as a device kernel would
