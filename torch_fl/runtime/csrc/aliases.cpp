@@ -9,15 +9,11 @@ namespace {
 
 Backing g_backing;
 
-// A TensorImpl over `dp` with the geometry, dtype and conj/neg bits of `like`. A `bare` one has only
-// the backend key: no autograd or autocast keys and no version counter of its own (nothing to
-// allocate), which suits an alias that lives below autograd for one kernel call.
+// A TensorImpl over `dp` with the geometry, dtype and conj/neg bits of `like`.
 at::Tensor wrap(const at::Tensor& like, c10::DataPtr&& dp, size_t nbytes, c10::DispatchKey key,
-                c10::Allocator* allocator, bool resizable, bool bare = false) {
+                c10::Allocator* allocator, bool resizable) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(dp), allocator, resizable);
-  auto r = bare ? at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, std::move(storage),
-                                                           c10::DispatchKeySet(key), like.dtype())
-                : at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
+  auto r = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
   r.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
   if (like.is_conj()) r._set_conj(true);
   if (like.is_neg()) r._set_neg(true);
@@ -74,7 +70,7 @@ at::Tensor borrow_as_backing(const at::Tensor& t) {
   // Resizable through the backing allocator: an out= kernel may grow it; the caller then moves the
   // new buffer into the flagos storage.
   return wrap(t, c10::DataPtr(s.mutable_data(), to_backing(t.device())), s.nbytes(), backing().key,
-              c10::GetAllocator(backing().type), true, /*bare=*/true);
+              c10::GetAllocator(backing().type), true);
 }
 
 at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {

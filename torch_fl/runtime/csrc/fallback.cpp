@@ -368,10 +368,6 @@ void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& 
 // Composite kernels that refuse devices they do not know (a device-type check, or a DispatchStub
 // with no PrivateUse1 entry): on aliases they run as on the backing.
 const std::unordered_set<std::string> kDeviceCheckedComposites = {"aten::mode.values", "aten::conj_physical_."};
-// Composites whose behaviour depends on the source's device type: on a device backing they run as
-// the backing's (torch 2.11 pins the host side of a non_blocking device-to-host _to_copy for CUDA
-// sources only; flagos on CUDA copies as CUDA does, whichever route table is active).
-const std::unordered_set<std::string> kBackingTypedComposites = {"aten::_to_copy."};
 
 // PyTorch's composite kernels also serve PrivateUse1, ahead of any fallback: without this, flagos
 // would run decompositions (layer norm as batch norm, add as empty + add.out, foreach ops one
@@ -387,9 +383,7 @@ std::vector<c10::RegistrationHandleRAII> claim_backing_kernels() {
     for (const auto& name : dispatcher.getAllOpNamesForDispatchKey(key)) {
       if (name.name.rfind("aten::", 0) != 0 || !seen.insert(name.name + "." + name.overload_name).second) continue;
       auto op = dispatcher.findOp(name);
-      const std::string full = name.name + "." + name.overload_name;
-      const bool device_checked = kDeviceCheckedComposites.count(full) != 0 ||
-                                  (!host_backed() && kBackingTypedComposites.count(full) != 0);
+      const bool device_checked = kDeviceCheckedComposites.count(name.name + "." + name.overload_name) != 0;
       if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
           !(op->hasKernelForDispatchKey(backing().key) || device_checked)) {
         continue;
