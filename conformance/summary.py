@@ -57,9 +57,10 @@ def render(record: dict[str, Any]) -> str:
     ]
     base = machine.get("added_to")
     while base:  # --add: the runs whose cases this one extends, latest first
+        run = base.get("machine") or {}
         lines.append(f"- added to the run started {base.get('started')}, finished {base.get('finished') or '-'}:")
-        lines += ["  " + line for line in _run_lines(base.get("machine") or {})]
-        base = (base.get("machine") or {}).get("added_to")
+        lines += ["  " + line for line in _run_lines(run)]
+        base = run.get("added_to")
     if s.get("wall_s") is not None:
         lines.append(f"- wall time: {s['wall_s']:.0f} s")
     lines += [
