@@ -76,6 +76,9 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
         return _active
     import torch
 
+    if _active is not None:
+        # this `import torch` was its first: its backend autoload has just activated a platform
+        return activate(name)
     from torch_fl import runtime
     from torch_fl.routing.runtime import install as install_routes
 

@@ -106,3 +106,24 @@ def test_env_override_and_routes_file(tmp_path):
     routes.write_text("format: 1\nops:\n  aten::mm:\n    candidates: [cpu]\n")
     out = run(code, FLAGOS_ROUTES=str(routes))
     assert "['cpu'] file" in out.stdout, out.stderr
+
+
+def test_bucketed_route_asks_its_kernel_sets_only_when_called(fresh_routes, pair, monkeypatch):
+    """Installing a tuned route loads no kernel library (importing FlagGems takes seconds)."""
+    from torch_fl.routing.table import Bucket, OpRoute
+
+    a, b, x, y = pair
+    asked = []
+    cpu = fresh_routes.kernel_sets["cpu"]
+    real = cpu.implements
+    monkeypatch.setattr(cpu, "implements", lambda op: asked.append(op) or real(op))
+    op = "aten::sub.Tensor"
+    fresh_routes.table.ops[op] = OpRoute(candidates=["native", "cpu"], buckets=[Bucket(max_numel=64, choice="cpu")])
+    try:
+        fresh_routes.refresh(op)
+        assert op in fresh_routes.installed and asked == []
+        assert torch.allclose((x - y).cpu(), a - b)
+        assert asked and {(r.op, r.path): r.calls for r in stats()}[(op, "cpu")] == 1
+    finally:
+        fresh_routes.table.ops.pop(op)
+        fresh_routes.refresh(op)

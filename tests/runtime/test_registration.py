@@ -93,18 +93,30 @@ def test_autoload_off_leaves_flagos_inactive_until_import(run_python):
 
 
 @pytest.mark.own_process
-def test_import_torch_fl_first(run_python):
-    """`import torch_fl` before torch: torch_fl imports torch, whose autoload imports torch_fl again."""
+def test_import_torch_fl_first(run_python, tmp_path):
+    """`import torch_fl` before torch: torch_fl imports torch, whose autoload imports torch_fl again.
+
+    The platform is activated once. A tuned table installs a Python route kernel at activation, and
+    PyTorch refuses a second Python kernel for the same op and key (seen on torch 2.11).
+    """
+    table = tmp_path / "routes.yaml"
+    table.write_text(
+        "format: 1\nops:\n  aten::_to_copy:\n    candidates: [native, emulated]\n"
+        "    buckets:\n      - {max_numel: 64, dtype: float32, choice: native}\n"
+    )
     result = run_python(
         """
+        import gc
         import torch_fl, torch
+        from torch_fl.routing.runtime import Router
         print(torch_fl.is_active(), torch.ones(1, device="flagos").device)
+        print(sum(isinstance(o, Router) for o in gc.get_objects()), "router")
         """,
-        env={**PLATFORM_ENV, "TORCH_DEVICE_BACKEND_AUTOLOAD": None},
+        env={**PLATFORM_ENV, "TORCH_DEVICE_BACKEND_AUTOLOAD": None, "FLAGOS_ROUTES": str(table)},
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["True", "flagos:0"]
+    assert result.stdout.split() == ["True", "flagos:0", "1", "router"]
 
 
 @pytest.mark.own_process

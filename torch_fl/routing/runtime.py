@@ -104,15 +104,15 @@ class Router:
         return out
 
     def needs_python(self, plan: OpPlan) -> bool:
-        if plan.python:
+        if plan.python or (plan.route and plan.route.buckets):
+            # buckets are chosen per call; asking nothing more here keeps a kernel library such as
+            # FlagGems (seconds to import) out of activation until a call needs it
             return True
-        if all(p == "native" for p in plan.candidates[:1]) and not (plan.route and plan.route.buckets):
+        if all(p == "native" for p in plan.candidates[:1]):
             # native first: Python only matters if native could be skipped, which it cannot.
             return False
         dtypes = [None] + [getattr(torch, d) for d in self.descriptor.capabilities.dtypes]
-        return any(self.paths_for(plan, d)[:1] not in ([], ["native"]) for d in dtypes) or bool(
-            plan.route and plan.route.buckets
-        )
+        return any(self.paths_for(plan, d)[:1] not in ([], ["native"]) for d in dtypes)
 
     # ---- installing kernels
     def install_all(self) -> None:
@@ -133,6 +133,7 @@ class Router:
                 overload = resolve(op)
             except AttributeError:
                 return  # an op this torch does not have (validated at load for descriptor entries)
+            self.kernel_sets["native"].before_python_route(overload)
             library = torch.library.Library(overload._schema.name.split("::")[0], "IMPL")
             installed = _Installed(library)
             with warnings.catch_warnings():
