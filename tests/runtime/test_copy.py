@@ -6,6 +6,7 @@ import contextlib
 import pytest
 import torch
 
+import torch_fl
 from torch_fl.routing import forced
 
 
@@ -82,6 +83,23 @@ def test_non_blocking_to_cpu_lands_in_pinned_memory(route):
     torch.flagos.synchronize()
     assert out.is_pinned()
     assert torch.equal(out, x.cpu())
+
+
+@pytest.mark.own_process
+def test_pinned_copy_is_reported_pinned_in_a_fresh_process(run_python):
+    """is_pinned() asks the accelerator only once PyTorch marks it initialised; the first pinned
+    buffer of a process must not depend on something else having marked flagos first."""
+    result = run_python(
+        """
+        import torch, torch_fl
+        torch_fl.activate()
+        out = torch.randn(32, device="flagos").to("cpu", non_blocking=True)
+        torch.flagos.synchronize()
+        print(out.is_pinned())
+        """,
+        env={"FLAGOS_PLATFORM": torch_fl.active_platform().name},
+    )
+    assert result.stdout.split() == ["True"]
 
 
 DTYPE_PAIRS = [

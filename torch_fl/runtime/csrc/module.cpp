@@ -15,6 +15,10 @@ void init(const std::string& device, int host_devices) {
   register_hooks();
   register_backing_kernels();
   enable_native_route();
+  // PyTorch answers is_pinned() for an accelerator only once that accelerator is marked initialised
+  // (Context::isPinnedPtr); on a CUDA backing, where pinned buffers come from CUDA's allocator,
+  // nothing else marks flagos, and a pinned copy reported "not pinned" until something did.
+  at::globalContext().lazyInitDevice(c10::DeviceType::PrivateUse1);
 }
 
 py::object wrap_generator(const at::Generator& g) {
