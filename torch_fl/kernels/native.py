@@ -26,7 +26,7 @@ class NativeKernels:
     name = "native"
 
     def __init__(self) -> None:
-        self._composite: dict[str, bool] = {}
+        self._composite: dict[torch._ops.OpOverload, bool] = {}
 
     def ops(self) -> Iterable[str]:
         return ()
@@ -36,12 +36,11 @@ class NativeKernels:
 
     def before_python_route(self, op: torch._ops.OpOverload) -> None:
         """Note what serves `op` on flagos now, before a Python route kernel takes its place."""
-        name = op_name(op)
-        if name not in self._composite:
-            has = torch._C._dispatch_has_kernel_for_dispatch_key
-            self._composite[name] = not has(name, "PrivateUse1") and has(name, "CompositeExplicitAutograd")
+        if op not in self._composite:
+            has, name = torch._C._dispatch_has_kernel_for_dispatch_key, op_name(op)
+            self._composite[op] = not has(name, "PrivateUse1") and has(name, "CompositeExplicitAutograd")
 
     def call(self, op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self._composite.get(op_name(op), False):
+        if self._composite.get(op, False):
             return op.redispatch(_COMPOSITE, *args, **kwargs)
         return call_on_backing(op, args, kwargs)
