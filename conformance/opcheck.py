@@ -297,14 +297,31 @@ def make_cotangents(outputs: list[torch.Tensor], seed: int) -> list[torch.Tensor
 
 @dataclass
 class Verdict:
-    """What evaluating one flagos run against its references found."""
+    """What evaluating one flagos run against its references found, part by part.
+
+    `claimed`: the parts the run made whose CPU baseline applies (what the case claims to check);
+    `compared`: those whose values were compared. A claimed part left uncompared (the CPU baseline
+    itself misses the float64 reference) leaves the case unjudged, never passed.
+    """
 
     problems: list[str] = field(default_factory=list)
-    compared: int = 0
-    baseline_skipped: list[str] = field(default_factory=list)
+    by_part: dict[str, list[str]] = field(default_factory=dict)
+    claimed: set[str] = field(default_factory=set)
+    compared: set[str] = field(default_factory=set)
+    baseline_skipped: dict[str, str] = field(default_factory=dict)
 
-    def add(self, where: str, problems: list[str]) -> None:
-        self.problems.extend(f"{where}: {p}" for p in problems)
+    def add(self, part: str, problems: list[str], where: str | None = None) -> None:
+        texts = [f"{where or part}: {p}" for p in problems]
+        self.problems.extend(texts)
+        self.by_part.setdefault(part, []).extend(texts)
+
+    def fail(self, part: str, problem: str) -> None:
+        self.problems.append(problem)
+        self.by_part.setdefault(part, []).append(problem)
+
+    def uncompared(self) -> dict[str, str]:
+        """Claimed parts that were not compared, with why."""
+        return {p: self.baseline_skipped.get(p, "not compared") for p in sorted(self.claimed - self.compared)}
 
 
 def _reduce(inputs: list[torch.Tensor], outputs: list[Any]) -> int:
@@ -377,17 +394,17 @@ def evaluate(
     """
     verdict = Verdict()
     if run.forward.error is not None:
-        verdict.problems.append(f"forward raised {run.forward.error}")
+        verdict.fail("forward", f"forward raised {run.forward.error}")
         return verdict
     forward = shape_source.forward.values or []
     if len(run.forward.values or []) != len(forward):
-        verdict.problems.append(f"forward gave {len(run.forward.values or [])} results, expected {len(forward)}")
+        verdict.fail("forward", f"forward gave {len(run.forward.values or [])} results, expected {len(forward)}")
         return verdict
     for k, (a, e) in enumerate(zip(run.forward.values or [], forward)):
         if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor):
-            verdict.add(f"forward result {k}", compare.compare_metadata(a, e))
+            verdict.add("forward", compare.compare_metadata(a, e), f"forward result {k}")
             if a.device.type not in ("flagos", "cpu"):
-                verdict.problems.append(f"forward result {k} is on {a.device}")
+                verdict.fail("forward", f"forward result {k} is on {a.device}")
     verdict.add("forward", compare.compare_alias_patterns(run.alias, shape_source.alias))
     reduce = _reduce(reference.inputs, reference.forward.values or [])
     for name in PARTS:
@@ -397,8 +414,9 @@ def evaluate(
         base = baseline.part(name)
         if base is None or base.error is not None:
             continue  # the part does not apply to this sample (the CPU rejects it too)
+        verdict.claimed.add(name)
         if part.error is not None:
-            verdict.problems.append(f"{name} raised {part.error}")
+            verdict.fail(name, f"{name} raised {part.error}")
             continue
         # A contract problem the CPU kernel shares is PyTorch's behaviour (addbmm_ resizes a
         # broadcast `self`, for one), not a flagos one.
@@ -407,27 +425,30 @@ def evaluate(
         if random:
             expected = values_from.part(name) if values_from is not None else None
             if expected is not None and expected.values is not None:
-                verdict.compared += 1
+                verdict.compared.add(name)
                 verdict.add(name, [p + " (same seed)" for p in compare_part(part, expected, dtypes, 1)])
+            elif run.repeat is not None:
+                verdict.compared.add(name)  # judged by reproducibility, below
+            else:
+                verdict.baseline_skipped[name] = "random, and no same-seed run to compare with"
             continue
         why_not = health.get(name)
         if why_not is not None:
-            verdict.baseline_skipped.append(f"{name}: {why_not}")
+            verdict.baseline_skipped[name] = f"the CPU baseline misses the float64 reference: {why_not}"
             continue
         ref = reference.part(name)
         expected = ref if ref is not None and ref.error is None and ref.values is not None else base
         part_reduce = reduce if name != "backward" else max(reduce, _reduce(reference.inputs, expected.values or []))
-        verdict.compared += 1
+        verdict.compared.add(name)
         verdict.add(name, compare_part(part, expected, dtypes, part_reduce))
     if random and run.repeat is not None:
         if run.repeat.error is not None:
-            verdict.problems.append(f"second forward with the same seed raised {run.repeat.error}")
+            verdict.fail("forward", f"second forward with the same seed raised {run.repeat.error}")
         else:
-            verdict.compared += 1
             first = Part(values=list(run.forward.values or []) * REPEATS)
             mismatch = compare_part(run.repeat, first, dtypes_of(first, dtype), 1)
             if mismatch:
-                verdict.problems.append("not reproducible: the same seed gave different results (" + mismatch[0] + ")")
+                verdict.fail("forward", "not reproducible: the same seed gave different results (" + mismatch[0] + ")")
     return verdict
 
 

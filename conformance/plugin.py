@@ -133,7 +133,7 @@ class Controller:
             header["machine"]["added_to"] = {k: base.get(k) for k in ("started", "finished", "machine")}
         previous = journal.header(self.journal_file) if config.getoption("fl_resume") else None
         if previous is not None:
-            for key in ("platform", "descriptor_hash", "torch"):
+            for key in ("platform", "binding"):
                 if previous.get(key) != header[key]:
                     raise pytest.UsageError(
                         f"cannot resume {self.journal_file}: its {key} is {previous.get(key)!r}, now {header[key]!r}; run without --resume"
@@ -147,7 +147,7 @@ class Controller:
         self.reader = journal.Reader(self.journal_file)
         self.collector = recordfile.Collector()
         if base is not None:
-            self.collector.seed(base)
+            self.collector.seed(self.record_file)
         self.collector.feed(self.reader.new())
         self.done_items = sorted(self.collector.items_done | self._items_with_own_case())
         config.stash[DONE_ITEMS] = self.done_items
@@ -232,9 +232,9 @@ class Controller:
         self.last_merge = time.monotonic()
         statuses = self._statuses()
         self.progress.update(self.items_done, statuses)
-        record = recordfile.build(self.collector, complete, finished, extra)
+        record, cases = recordfile.build(self.collector, complete, finished, extra)
         if complete or not self.adding:
-            recordfile.write(self.record_file, record)
+            recordfile.write(self.record_file, record, cases)
         return record
 
     @pytest.hookimpl(trylast=True)

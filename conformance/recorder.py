@@ -45,7 +45,13 @@ def trace_path(run_dir: Path, worker: str) -> Path:
 
 @dataclass
 class CaseInfo:
-    """The identity of a case and, once it ran, its result (the record's Case fields)."""
+    """The identity of a case and, once it ran, its result (the record's Case fields).
+
+    `keys` are the gate keys of the calls the case made on its path (the router reports them),
+    in first-seen order, each with the phases (whatever the suite named with `Recorder.phase`)
+    it was seen in. A suite that judges keys apart sets `by_key`: the case is then journaled as
+    one case per key, `<id>/<key>`, each with its own status.
+    """
 
     id: str
     suite: str
@@ -56,6 +62,9 @@ class CaseInfo:
     message: str = ""
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    keys: dict[str, set[Any]] = field(default_factory=dict)
+    by_key: dict[str, tuple[str, str]] | None = None
+    vetoes_only: bool = False  # a pass of this case proves no key (it checked too loosely); a failure vetoes
 
     def fail(self, message: str) -> None:
         self.status, self.message = "failed", message
@@ -63,14 +72,30 @@ class CaseInfo:
     def skip(self, message: str) -> None:
         self.status, self.message = "skipped", message
 
+    def unjudged(self, message: str) -> None:
+        self.status, self.message = "unjudged", message
+
     def entry(self, item: str) -> dict[str, Any]:
-        data = asdict(self)
-        notes = data.pop("notes")
-        if notes and self.status == "passed" and not self.message:
-            data["message"] = "; ".join(notes)
+        data = {k: v for k, v in asdict(self).items() if k not in ("notes", "by_key", "vetoes_only")}
+        data["keys"] = [] if self.vetoes_only and self.status == "passed" else list(self.keys)
+        if self.notes and self.status == "passed" and not self.message:
+            data["message"] = "; ".join(self.notes)
         data["duration_s"] = round(self.duration_s, 4)
         data["fingerprint"] = fingerprint(self.status, self.op, self.message) if self.status != "passed" else None
         return {"kind": "case", **data, "item": item}
+
+    def entries(self, item: str) -> list[dict[str, Any]]:
+        """The journal entries of this case: one, or one per key when judged by key."""
+        whole = self.entry(item)
+        if self.by_key is None or self.status != "passed":
+            return [whole]
+        out = []
+        for key, (status, message) in self.by_key.items():
+            out.append({
+                **whole, "id": f"{self.id}/{key}", "keys": [key], "status": status, "message": message,
+                "fingerprint": fingerprint(status, self.op, message) if status != "passed" else None, "run": self.id,
+            })
+        return out
 
 
 def exception_message(exc: BaseException) -> str:
@@ -113,6 +138,9 @@ class Recorder:
         self.item_case: CaseInfo | None = None
         self.item_limit = item_timeout
         self.used_cases = False
+        self.current: CaseInfo | None = None
+        self._phase: Any = None
+        self._deadline = 0.0
         self.refresh()
 
     # ---- what is already recorded (resume, and the re-run of an item after a crash)
@@ -120,6 +148,8 @@ class Recorder:
         for entry in self._reader.new():
             if entry.get("kind") == "case":
                 self.done_cases[entry["id"]] = entry.get("status", "")
+                if entry.get("run"):
+                    self.done_cases[entry["run"]] = entry.get("status", "")
             elif entry.get("kind") == "item":
                 self.done_items.add(entry["item"])
 
@@ -131,7 +161,9 @@ class Recorder:
         assert self.item is not None
         marker = {
             "item": self.item,
-            "case": {"id": case.id, "suite": case.suite, "op": case.op, "dtype": case.dtype, "path": case.path},
+            # the key of the call in flight: a kernel that kills the process is charged with that key
+            "case": {"id": case.id, "suite": case.suite, "op": case.op, "dtype": case.dtype, "path": case.path,
+                     "keys": list(case.keys)[-1:]},
             "item_level": item_level,
             "started": time.time(),
             "timeout": timeout,
@@ -170,9 +202,27 @@ class Recorder:
 
     def write(self, case: CaseInfo) -> None:
         assert self.item is not None
-        entry = case.entry(self.item)
-        journal.append(self.journal_file, entry)
+        for entry in case.entries(self.item):
+            journal.append(self.journal_file, entry)
+            self.done_cases[entry["id"]] = entry["status"]
         self.done_cases[case.id] = case.status
+
+    # ---- gate keys (the router tells them while a route runs)
+    def phase(self, phase: Any) -> None:
+        """Name what the current case is doing (a sample and part): keys seen next are filed under it."""
+        self._phase = phase
+
+    def note_key(self, op: str, key: str) -> None:
+        """The router ran `op` for a call of gate `key`: file it under the current case if it is about `op`."""
+        case = self.current
+        if case is None or (case.op is not None and op != case.op):
+            return
+        phases = case.keys.get(key)
+        if phases is None:
+            phases = case.keys[key] = set()
+            # the in-flight key changed: a crash from here on is charged to it (same deadline)
+            self._mark(case, max(1.0, self._deadline - time.monotonic()))
+        phases.add(self._phase)
 
     @contextmanager
     def case(
@@ -187,7 +237,10 @@ class Recorder:
         """Run one case: exceptions fail it (pytest.skip skips it), and it is journaled at the end."""
         case = CaseInfo(case_id, suite, op, dtype, path)
         self.used_cases = True
-        self._mark(case, timeout if timeout is not None else self.timeout_for(op, dtype, path))
+        limit = timeout if timeout is not None else self.timeout_for(op, dtype, path)
+        self._deadline = time.monotonic() + limit
+        self._mark(case, limit)
+        self.current, self._phase = case, None
         start = time.perf_counter()
         try:
             yield case
@@ -198,6 +251,7 @@ class Recorder:
         except Exception as exc:
             case.fail(exception_message(exc))
         finally:
+            self.current = None
             case.duration_s = time.perf_counter() - start
             faulthandler.cancel_dump_traceback_later()
             if self.item_case is not None:

@@ -1,42 +1,49 @@
-"""The record writer: journal entries in, the record JSON the loader reads out (written atomically).
+"""The record writer: journal entries in; the record the loader reads, and its evidence, out.
 
 The record has exactly the fields of `torch_fl.platform.record.Record` and is validated against
 that model before it replaces the old file, so what the loader reads is always what it accepts.
-A case id seen twice (a re-run after a crash, a resumed run) keeps its last entry.
+Every case goes to the evidence file beside it, which is written first: a record never names
+evidence that is not there. A case id seen twice (a re-run after a crash, a resumed run) keeps
+its last entry.
 """
 from __future__ import annotations
 
 import datetime
+import gzip
+import hashlib
 import json
-import os
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from torch_fl.platform.record import RECORD_FORMAT, Record
+from torch_fl.fileio import write_atomically
+from torch_fl.platform.record import (
+    RECORD_FORMAT,
+    Record,
+    case_counts,
+    checksum,
+    evidence_path,
+    gate_verdicts,
+    load_evidence,
+)
 
-CASE_FIELDS = ("id", "suite", "op", "dtype", "path", "status", "message", "fingerprint", "duration_s")
-STATUSES = ("passed", "failed", "error", "crashed", "timeout", "skipped")
+CASE_FIELDS = ("id", "suite", "op", "dtype", "path", "keys", "status", "message", "fingerprint", "duration_s")
+STATUSES = ("passed", "failed", "error", "crashed", "timeout", "unjudged", "skipped")
 MAX_FAILURES = 300
 CRITERION = 0.95
 """The issue's bar: of the op x dtype cases the CPU itself passes, this share must pass on flagos."""
 
 
 def identity(descriptor: Any) -> dict[str, Any]:
-    """What a record must share with this machine to stand for it: the platform's descriptor, the
-    torch release and the kernel libraries installed here."""
-    from torch_fl.platform.record import descriptor_hash, installed_kernel_versions, installed_version
-    from torch_fl.platform.versions import minor_line
+    """What a record must share with this machine and checkout to stand for them: the platform,
+    and the binding (descriptor, torch release, kernel libraries, platform sources)."""
+    from torch_fl.platform.record import expected_binding, installed_kernel_versions, installed_version
 
-    torch_version = installed_version("torch") or "0"
-    return {
-        "platform": descriptor.name,
-        "descriptor_hash": descriptor_hash(descriptor),
-        "torch": minor_line(torch_version),
-        "torch_version": torch_version,
-        "kernel_libraries": {k: v or "not installed" for k, v in installed_kernel_versions(descriptor).items()},
-    }
+    binding = expected_binding(
+        descriptor, descriptor.directory, installed_version("torch") or "0", installed_kernel_versions(descriptor)
+    )
+    return {"platform": descriptor.name, "binding": binding.model_dump()}
 
 
 def now() -> str:
@@ -53,10 +60,11 @@ class Collector:
         self.sessions: list[dict[str, Any]] = []
         self.devices: set[str] = set()
 
-    def seed(self, record: dict[str, Any]) -> None:
+    def seed(self, record_file: Path) -> None:
         """Start from a record's cases (`--add`); the run's own header and cases follow."""
-        for case in record.get("cases", []):
-            self.cases[case["id"]] = {k: case.get(k) for k in CASE_FIELDS}
+        for case in load_evidence(record_file):
+            self.cases[case.id] = case.model_dump()
+        record = json.loads(Path(record_file).read_text())
         for session in record.get("machine", {}).get("sessions", []):
             self.sessions.append(session)
 
@@ -126,12 +134,14 @@ def summarize(cases: list[dict[str, Any]]) -> dict[str, Any]:
             "met": (passed / len(judged) >= CRITERION) if judged else None,
         },
         "distinct_failures": len(failures),
-        "failures": sorted(failures.values(), key=lambda f: (-f["count"], f["example"]))[:MAX_FAILURES],
+        "failure_groups": sorted(failures.values(), key=lambda f: (-f["count"], f["example"]))[:MAX_FAILURES],
     }
 
 
-def build(collector: Collector, complete: bool, finished: str | None, extra_summary: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The record as a dict with exactly the loader's fields."""
+def build(
+    collector: Collector, complete: bool, finished: str | None, extra_summary: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The record as a dict with exactly the loader's fields, and every case (its evidence)."""
     header = collector.header or {}
     cases = sorted(collector.cases.values(), key=lambda c: (c["suite"], c["id"]))
     summary = summarize(cases)
@@ -142,35 +152,31 @@ def build(collector: Collector, complete: bool, finished: str | None, extra_summ
         machine["sessions"] = collector.sessions
     if collector.devices:
         machine["device"] = ", ".join(sorted(collector.devices))
-    return {
+    record = {
         "format": RECORD_FORMAT,
         "platform": header.get("platform", ""),
-        "descriptor_hash": header.get("descriptor_hash", ""),
-        "torch": header.get("torch", ""),
-        "torch_version": header.get("torch_version", ""),
-        "kernel_libraries": header.get("kernel_libraries", {}),
+        "binding": header.get("binding", {}),
         "started": header.get("started", now()),
         "finished": finished,
         "complete": complete,
         "machine": machine,
-        "cases": cases,
+        "gate": gate_verdicts(cases),
+        "failures": [c for c in cases if c["status"] not in ("passed", "skipped", "unjudged")],
+        "counts": case_counts(cases),
         "summary": summary,
     }
+    return record, cases
 
 
-def write(path: Path, record: dict[str, Any]) -> None:
-    """Validate against the loader's model, then replace the file atomically."""
+def write(path: Path, record: dict[str, Any], cases: list[dict[str, Any]]) -> None:
+    """Write the evidence, then the record naming it (checksummed, validated), each atomically."""
+    evidence = gzip.compress("".join(json.dumps(c, separators=(",", ":")) + "\n" for c in cases).encode(), mtime=0)
+    evidence_file = evidence_path(path)
+    write_atomically(evidence_file, evidence)
+    record = {
+        **record,
+        "evidence": {"file": evidence_file.name, "sha256": "sha256:" + hashlib.sha256(evidence).hexdigest(), "cases": len(cases)},
+    }
+    record["checksum"] = checksum(record)
     Record.model_validate(record)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(dumps(record))
-    os.replace(tmp, path)
-
-
-def dumps(record: dict[str, Any]) -> str:
-    """Indented JSON with one case per line: readable, and diffs of a re-run stay line-sized."""
-    placeholder = "\u0000cases\u0000"
-    text = json.dumps({**record, "cases": placeholder}, indent=1)
-    lines = ",\n".join("  " + json.dumps(c, separators=(",", ":")) for c in record["cases"])
-    return text.replace(json.dumps(placeholder), "[\n" + lines + "\n ]" if lines else "[]") + "\n"
+    write_atomically(path, json.dumps(record, indent=1) + "\n")

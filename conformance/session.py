@@ -50,6 +50,7 @@ class Session:
             for op in sorted(r.routed_ops()):
                 self.candidates_by_op[op] = list(r.plan(op).candidates)
                 r.set_route(op, ["native"])
+            r.key_listener = self.recorder.note_key
         except Exception as exc:
             self.activation_error = f"platform {self.platform_name!r} could not be activated: {type(exc).__name__}: {exc}"
             raise RuntimeError(self.activation_error) from exc

@@ -45,13 +45,15 @@ def _run_lines(machine: dict[str, Any]) -> list[str]:
 
 def render(record: dict[str, Any]) -> str:
     s = record["summary"]
+    binding = record["binding"]
     machine = record.get("machine", {})
     crit = s["ops_criterion"]
     lines = [
-        f"# Conformance: {record['platform']} on torch {record['torch_version']}",
+        f"# Conformance: {record['platform']} on torch {binding['torch_version']}",
         "",
-        f"- record: `{record['platform']}` descriptor `{record['descriptor_hash'][:19]}...`, torch line {record['torch']}",
-        f"- kernel libraries: {', '.join(f'{k} {v}' for k, v in record['kernel_libraries'].items()) or 'none declared'}",
+        f"- record: `{record['platform']}` descriptor `{binding['descriptor_hash'][:19]}...`, torch line {binding['torch']}",
+        f"- kernel libraries: {', '.join(f'{k} {v}' for k, v in binding['kernel_libraries'].items()) or 'none declared'}",
+        f"- platform sources: {', '.join(f'{k} `{v[:19]}...`' for k, v in binding.get('sources', {}).items()) or 'none'}",
         f"- started {record['started']}, finished {record['finished'] or '-'}; complete: **{'yes' if record['complete'] else 'no'}**",
         *_run_lines(machine),
     ]
@@ -78,7 +80,7 @@ def render(record: dict[str, Any]) -> str:
         "## Failures",
         "",
     ]
-    failures = s.get("failures", [])
+    failures = s.get("failure_groups", [])
     if not failures:
         lines.append("None.")
     else:
@@ -93,7 +95,7 @@ def render(record: dict[str, Any]) -> str:
                 f"| {f['status']} | {_cell(f['op'] or '-', 60)} | {f['count']} | `{_cell(f['example'], 120)}` | {_cell(f['message'])} |"
             )
         if len(failures) > MAX_LISTED:
-            lines.append(f"\n... and {len(failures) - MAX_LISTED} more in the record's summary.failures.")
+            lines.append(f"\n... and {len(failures) - MAX_LISTED} more in the record's failures.")
     return "\n".join(lines) + "\n"
 
 

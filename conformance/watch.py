@@ -22,14 +22,9 @@ from torch.utils._python_dispatch import (
 )
 from torch.utils._pytree import tree_flatten
 
+from torch_fl.kernels.base import op_name
 from torch_fl.routing.constraints import SCHEMA_ALIAS_EXEMPT
 from torch_fl.conformance.compare import overlaps, storage_key
-
-
-def op_name(func: torch._ops.OpOverload) -> str:
-    """"aten::add.Tensor", "aten::mm": the names routes use."""
-    schema = func._schema
-    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
 def _is_flagos(x: Any) -> bool:
@@ -44,19 +39,9 @@ def _touches_flagos(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return False
 
 
-def _first_dtype(args: tuple[Any, ...]) -> str | None:
-    """The dtype the router's gate is asked about for this call: its first tensor argument's."""
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            return str(a.dtype).removeprefix("torch.")
-        if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
-            return str(a[0].dtype).removeprefix("torch.")
-    return None
-
-
 class Watch(TorchDispatchMode):
-    """Records reached overloads (in first-seen order), the dtypes the gate sees for them, whether
-    any op was random, and schema-contract problems of the `focus` ops.
+    """Records reached overloads (in first-seen order) and the parts that reached them, whether any
+    op was random, and schema-contract problems of the `focus` ops.
 
     `focus=None` checks every overload; an empty set checks none.
     """
@@ -66,7 +51,6 @@ class Watch(TorchDispatchMode):
         self.focus = None if focus is None else frozenset(focus)
         self.seen: dict[str, torch._ops.OpOverload] = {}
         self.problems: list[str] = []
-        self.dtypes: dict[str, set[str]] = {}
         self.random = False
         self.part = "forward"
         self.parts: dict[str, set[str]] = {}
@@ -102,9 +86,6 @@ class Watch(TorchDispatchMode):
             if name not in self.seen:
                 self.seen[name] = func
             self.parts.setdefault(name, set()).add(self.part)
-            dtype = _first_dtype(args)
-            if dtype is not None:
-                self.dtypes.setdefault(name, set()).add(dtype)
         result = func(*args, **kwargs)
         if on_flagos and (self.focus is None or name in self.focus):
             self._check(name, func, args, kwargs, result)

@@ -6,13 +6,13 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text` (UTF-8): written to a temporary file beside it, flushed, renamed."""
+def write_atomically(path: Path, content: str | bytes) -> None:
+    """Replace `path` with `content` (text as UTF-8): written to a temporary file beside it, flushed, renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
+            f.write(content.encode("utf-8") if isinstance(content, str) else content)
             f.flush()
             os.fsync(f.fileno())
         # mkstemp makes the file private (0600); give it the mode a plain write would have.

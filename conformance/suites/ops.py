@@ -129,24 +129,52 @@ def main_overload(opinfo: Any, seen: dict[str, Any]) -> str:
     return f"opinfo:{full_name(opinfo)}"
 
 
+def _native_like(problems: list[str], like_native: list[str] | None) -> bool:
+    """Whether every problem is one the native run had too (then it is PyTorch's, not the path's)."""
+    if like_native is None or not problems:
+        return False
+    native = {normalize(p) for p in like_native}
+    return all(normalize(p) in native for p in problems)
+
+
+def _verdict_of(problems: list[str], uncompared: list[str], like_native: list[str] | None) -> tuple[str, str]:
+    """(status, message) from what a case or one of its keys found."""
+    if problems:
+        if _native_like(problems, like_native):
+            return "skipped", "fails as the native run does: " + summarize(problems)
+        return "failed", summarize(problems)
+    if uncompared:
+        return "unjudged", "not every part was compared: " + summarize(uncompared)
+    return "passed", ""
+
+
 def _conclude(case: Any, verdicts: list[Verdict], extra: list[str], like_native: list[str] | None = None) -> None:
     problems = list(extra)
     for i, v in enumerate(verdicts):
         problems += [f"sample {i}: {p}" for p in v.problems]
-    if problems:
-        if like_native is not None:
-            native = {normalize(p) for p in like_native}
-            if all(normalize(p) in native for p in problems):
-                case.skip("fails as the native run does: " + summarize(problems))
-                return
-        case.fail(summarize(problems))
+    uncompared = [f"sample {i}: {part}: {why}" for i, v in enumerate(verdicts) for part, why in v.uncompared().items()]
+    if not problems and not uncompared and not any(v.compared for v in verdicts):
+        case.skip("no sample applies: every part was rejected by the CPU too")
         return
-    if not any(v.compared for v in verdicts):
-        reasons = [r for v in verdicts for r in v.baseline_skipped]
-        if reasons:
-            case.skip("baseline: the CPU itself misses the float64 reference: " + summarize(reasons))
-        else:
-            case.skip("no sample applies: every part was rejected by the CPU too")
+    status, message = _verdict_of(problems, uncompared, like_native)
+    if status != "passed":
+        getattr(case, {"failed": "fail", "skipped": "skip", "unjudged": "unjudged"}[status])(message)
+
+
+def _conclude_by_key(case: Any, verdicts: list[Verdict], extra: list[str], like_native: list[str]) -> None:
+    """Judge each gate key the forced run reached by the sample parts that reached it."""
+    if not case.keys:
+        _conclude(case, verdicts, extra, like_native)
+        return
+    case.by_key = {}
+    for key, phases in case.keys.items():
+        problems, uncompared = list(extra), []
+        for sample, part in sorted(phases, key=str):
+            v = verdicts[sample]
+            problems += [f"sample {sample}: {p}" for p in v.by_part.get(part, [])]
+            if part not in v.compared:
+                uncompared.append(f"sample {sample}: {part}: {v.baseline_skipped.get(part, 'not compared')}")
+        case.by_key[key] = _verdict_of(problems, uncompared, like_native)
 
 
 # Random OpInfos whose randomness is under a seed-setting wrapper: known before running anything.
@@ -162,11 +190,6 @@ def _unrecorded(case_id: str) -> Iterator[CaseInfo]:
     """Stands in for fl.case() when the plain run only serves the forced ones (resumed, or native
     not selected): same code path, nothing journaled, errors propagate."""
     yield CaseInfo(case_id, SUITE)
-
-
-def _gate_dtype(watch: Watch, op: str, dtype: torch.dtype) -> str:
-    seen = watch.dtypes.get(op, set())
-    return next(iter(seen)) if len(seen) == 1 else _dtype_name(dtype)
 
 
 def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
@@ -188,10 +211,16 @@ def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
     state: dict[str, Any] = {}
 
     def run_all(watch: Watch, cotangents: list[Any], parts: frozenset[str] | None = None) -> list[Run]:
+        def on_part(sample: int) -> Any:
+            def tell(part: str) -> None:
+                watch.set_part(part)
+                fl.recorder.phase((sample, part))  # the gate keys reached next belong to this sample's part
+            return tell
+
         with watch:
             runs = [
                 run_sample(opinfo, s, flagos, dtype, seed + i, cotangents[i], backward, repeat=state["random"],
-                           quiet=watch.paused, parts=parts, on_part=watch.set_part)
+                           quiet=watch.paused, parts=parts, on_part=on_part(i))
                 for i, s in enumerate(samples)
             ]
         fl.synchronize()
@@ -202,9 +231,10 @@ def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
         for i, run in enumerate(runs):
             v = evaluate(run, state["references"][i], state["baselines"][i], shape_sources[i], state["health"][i], dtype,
                          state["random"], values_from[i] if values_from else None)
-            if not values_judged:
-                v.compared = max(v.compared, 1)
+            if not values_judged:  # uninitialised memory: dtype, shape, strides and aliasing are the check
+                v.compared |= v.claimed
                 v.problems = [p for p in v.problems if "elements differ" not in p]
+                v.by_part = {part: [p for p in ps if "elements differ" not in p] for part, ps in v.by_part.items()}
             verdicts.append(v)
         return verdicts
 
@@ -242,14 +272,15 @@ def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
             case_id = f"{base_id}/{path}/{op}"
             if fl.done(case_id):
                 continue
-            with fl.case(case_id, SUITE, op=op, dtype=_gate_dtype(watch, op, dtype), path=path) as case:
+            # one case per gate key the forced run reaches: `<case_id>/<key>`
+            with fl.case(case_id, SUITE, op=op, dtype=dname, path=path) as case:
                 focused = Watch(focus={op})
                 # Only the parts that reached the op (the forward always runs): the others are the plain run's.
                 with fl.forced(op, path):
                     runs = run_all(focused, cotangents, frozenset(watch.parts.get(op, ())))
                 if op not in focused.seen:
                     case.notes.append("not reached when forced")
-                _conclude(case, judge(runs, shape_sources, None), focused.problems, like_native=plain_problems)
+                _conclude_by_key(case, judge(runs, shape_sources, None), focused.problems, plain_problems)
 
 
 # ---- FP8 by emulation: OpInfo has no FP8 samples, so the emulated path's two ops get their own.

@@ -9,10 +9,10 @@ gradients out of bounds. That gave NaN losses at 7.5 M parameters and an illegal
 
 Here the decoder of torch_fl/workloads/decoder.py (tiny config; bfloat16 on a device backing,
 float32 on the host) first trains a few steps on the native routes. Then it trains again once for
-every (overload it reached, other candidate path, dtype the overload saw there), with that overload
-forced onto that path. Each such run is case `workload/<path>/<overload>/<dtype>`, keyed like the
-gate (op, dtype, path): a route whose losses depart from native's, or whose run crashes, stays off
-as a failing ops case would keep it.
+every (overload it reached, other candidate path), with that overload forced onto that path. Each
+such run is case `workload/<path>/<overload>`: a route whose losses depart from native's, or whose
+run crashes, is vetoed for every gate key it ran with. A run that trains proves nothing by itself
+(losses agree only loosely): the keys it reached still need the ops suite's cases.
 """
 from __future__ import annotations
 
@@ -55,16 +55,16 @@ def test_each_route_trains_the_decoder(fl: Any) -> None:
         for path in fl.candidates(op):
             if path == "native" or not fl.implements(op, path) or refusal(op, path):
                 continue
-            for seen_dtype in sorted(watch.dtypes.get(op) or {"-"}):
-                case_id = f"{SUITE}/{path}/{op}/{seen_dtype}"
-                if fl.done(case_id):
-                    continue
-                with fl.case(case_id, SUITE, op=op, dtype=None if seen_dtype == "-" else seen_dtype, path=path) as case:
-                    with fl.forced(op, path):
-                        losses = _train(dtype)  # each loss read waits for the device: a fault surfaces here
-                    worst = _departure(losses, reference)
-                    assert worst <= rtol, (
-                        f"with {op} on {path} the decoder's losses depart from native's by {worst:.2e} "
-                        f"(rtol {rtol:g}): {[round(x, 5) for x in losses]} vs {[round(x, 5) for x in reference]}"
-                    )
-                    case.notes.append(f"largest relative departure from native {worst:.1e}")
+            case_id = f"{SUITE}/{path}/{op}"
+            if fl.done(case_id):
+                continue
+            with fl.case(case_id, SUITE, op=op, dtype=str(dtype).removeprefix("torch."), path=path) as case:
+                case.vetoes_only = True
+                with fl.forced(op, path):
+                    losses = _train(dtype)  # each loss read waits for the device: a fault surfaces here
+                worst = _departure(losses, reference)
+                assert worst <= rtol, (
+                    f"with {op} on {path} the decoder's losses depart from native's by {worst:.2e} "
+                    f"(rtol {rtol:g}): {[round(x, 5) for x in losses]} vs {[round(x, 5) for x in reference]}"
+                )
+                case.notes.append(f"largest relative departure from native {worst:.1e}")

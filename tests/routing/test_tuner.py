@@ -79,7 +79,7 @@ class _NegKernels:
 def test_a_candidate_must_agree_with_native_at_the_workload_shape(fresh_routes, monkeypatch, wrong):
     monkeypatch.setitem(fresh_routes.kernel_sets, "vendor", _NegKernels(wrong))
     x = torch.randn(64, 32).to("flagos")
-    sample = Sample("aten::neg", torch.ops.aten.neg.default, bucket_bound(x.numel()), torch.float32, (x,), {}, calls=3)
+    sample = Sample("aten::neg", torch.ops.aten.neg.default, bucket_bound(x.numel()), "float32", "float32@small", (x,), {}, calls=3)
     result = measure(sample, ["vendor", "native"])
     assert "native" in result.us and result.first_call_s.keys() == {"native", "vendor"}
     if wrong:
@@ -104,8 +104,8 @@ def test_isolated_measurement_takes_samples_with_memory_formats(fresh_routes):
     from torch_fl.routing.tuner_worker import measure_isolated
 
     x = torch.randn(16, 8).to("flagos")
-    sample = Sample("aten::zeros_like", torch.ops.aten.zeros_like.default, bucket_bound(x.numel()), torch.float32,
-                    (x,), {"memory_format": torch.preserve_format}, calls=2)
+    sample = Sample("aten::zeros_like", torch.ops.aten.zeros_like.default, bucket_bound(x.numel()), "float32",
+                    "float32@tiny", (x,), {"memory_format": torch.preserve_format}, calls=2)
     [result] = measure_isolated([(sample, ["native"])], fresh_routes.descriptor.name)
     assert not result.errors and result.us["native"] > 0
 

@@ -73,13 +73,11 @@ def show(name: str = typer.Argument(..., help="Platform name."), as_json: bool =
     gate = Gate(descriptor, current_status(descriptor))
     rows = []
     for op, route in sorted(table.ops.items()):
-        validated = {
-            path: [d for d in descriptor.capabilities.dtypes if gate.allows(op, d, path)] for path in route.candidates
-        }
+        validated = {path: sorted(gate.proven_keys(op, path)) for path in route.candidates if path not in ("native", "cpu")}
         rows.append({
             "op": op,
             "candidates": route.candidates,
-            "validated_dtypes": validated,
+            "validated_keys": validated,
             "buckets": [b.model_dump(exclude_none=True) for b in route.buckets],
             "provenance": route.provenance.model_dump(exclude_none=True) if route.provenance else None,
         })
@@ -92,7 +90,7 @@ def show(name: str = typer.Argument(..., help="Platform name."), as_json: bool =
         for column in ("op", "candidates", "validated", "buckets"):
             t.add_column(column)
         for row in rows:
-            ok = ", ".join(f"{p}:{len(v)}" for p, v in row["validated_dtypes"].items())
+            ok = ", ".join(f"{p}:{len(v)} keys" for p, v in row["validated_keys"].items())
             buckets = "; ".join(f"<={b['max_numel']}{' ' + b['dtype'] if b.get('dtype') else ''}:{b['choice']}" for b in row["buckets"])
             t.add_row(row["op"], ", ".join(row["candidates"]), ok, buckets)
         console.print(t)

@@ -1,45 +1,40 @@
-"""Conformance gating: which op x dtype x path combinations a platform may route to.
+"""Conformance gating: which op x gate key x path combinations a platform may route to.
 
 `native` and `cpu` run PyTorch's own kernels (the backing device's, or the host's) and need no
 proof, so they are always allowed and a platform never ends up with nothing. `flaggems`,
-`vendor` and `emulated` are allowed only for the combinations a valid record shows passing:
-at least one passed case and no failing one (skipped cases are neutral: they were not tried).
-A user who forces an unvalidated platform (FLAGOS_ALLOW_UNVALIDATED=1) gets every declared
-kernel set, and a warning.
+`vendor` and `emulated` are allowed only for the gate keys (torch_fl.routing.gatekey: the dtypes
+of every argument and the size class of a call) that a valid record shows passing, with no
+failing case. A user who forces an unvalidated platform (FLAGOS_ALLOW_UNVALIDATED=1) gets every
+declared kernel set, and a warning; a descriptor cannot set that variable for itself.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from torch_fl import env
 from torch_fl.platform.descriptor import PlatformDescriptor
-from torch_fl.platform.record import RecordStatus, installed_kernel_versions, record_status
+from torch_fl.platform.record import ANY_KEY, RecordStatus, installed_kernel_versions, record_status
 
 ALWAYS_ALLOWED = frozenset({"native", "cpu"})
 
 
-def _dtype_name(dtype: Any) -> str | None:
-    """`torch.float32` or `"float32"` -> `"float32"`, without importing torch."""
-    return None if dtype is None else str(dtype).removeprefix("torch.")
-
-
 class Gate:
-    """Answers `allows(op, dtype, path)` for one platform from its record's status."""
+    """Answers `allows(op, key, path)` for one platform from its record's status."""
 
     def __init__(self, descriptor: PlatformDescriptor, status: RecordStatus, forced: bool = False) -> None:
         self.descriptor = descriptor
         self.status = status
         self.forced = forced and status.state != "valid"
         self._declared = frozenset(descriptor.kernels.declared())
-        self._proven: dict[tuple[str | None, str | None, str], bool] = {}
+        # (op, path) -> the keys proven; a key failed anywhere, or an ANY_KEY veto, proves nothing
+        self._proven: dict[tuple[str, str], frozenset[str]] = {}
         if status.state == "valid" and status.record is not None:
-            for case in status.record.cases:
-                if case.path is None or case.path in ALWAYS_ALLOWED or case.status == "skipped":
-                    continue
-                key = (case.op, case.dtype, case.path)
-                self._proven[key] = self._proven.get(key, True) and case.status == "passed"
+            for op, paths in status.record.gate.items():
+                for path, verdicts in paths.items():
+                    if verdicts.get(ANY_KEY) == "failed":
+                        continue
+                    self._proven[(op, path)] = frozenset(k for k, v in verdicts.items() if v == "passed")
 
     @classmethod
     def for_platform(
@@ -58,30 +53,41 @@ class Gate:
         if folder is None:
             raise ValueError("the descriptor was not loaded from a file; pass its directory")
         versions = installed_kernel_versions(descriptor) if kernel_versions is None else kernel_versions
-        # native and cpu need no proof, so their cases (most of a record) are not even read
-        status = record_status(descriptor, folder, torch_version, versions, skip_paths=ALWAYS_ALLOWED)
+        status = record_status(descriptor, folder, torch_version, versions)
         return cls(descriptor, status, env.flag("FLAGOS_ALLOW_UNVALIDATED") if forced is None else forced)
 
     @property
     def state(self) -> str:
         return self.status.state
 
-    def allows(self, op: str, dtype: Any, path: str) -> bool:
-        """May `op` (an aten overload) in `dtype` run on kernel set `path` here?"""
+    def allows(self, op: str, key: str | None, path: str) -> bool:
+        """May `op` (an aten overload) run on kernel set `path` for a call of gate key `key`?
+
+        `key` None asks whether it may for some key (whether the op needs a route kernel at all).
+        """
         if path in ALWAYS_ALLOWED:
             return True
         if path not in self._declared:
             return False
         if self.forced:
             return True
-        return self._proven.get((op, _dtype_name(dtype), path), False)
+        proven = self._proven.get((op, path))
+        if not proven:
+            return False
+        return True if key is None else key in proven
+
+    def proven_keys(self, op: str, path: str) -> frozenset[str]:
+        """The gate keys `op` may run on `path` for (every key when forced)."""
+        return self._proven.get((op, path), frozenset())
 
     def warning(self) -> str | None:
         """The one-line warning the runtime prints once, or None when the record is valid."""
         if self.status.state == "valid":
             return None
         name = self.descriptor.name
-        why = "no conformance record" if self.status.state == "missing" else "a stale conformance record"
+        why = {"missing": "no conformance record", "tampered": "a tampered conformance record"}.get(
+            self.status.state, "a stale conformance record"
+        )
         detail = "; ".join(self.status.reasons)
         fix = f"make one with: torch-fl conformance run {name}"
         if self.forced:

@@ -1,16 +1,26 @@
 """Conformance records: what a run on the board proved, and whether that proof still holds.
 
 A record is `platforms/<name>/records/torch-<major.minor>.json`, written by `torch-fl
-conformance run`. It is tied to the descriptor by a hash of the validated model (comments and
-layout do not count, any field does), to a torch line, and to the kernel libraries' versions;
-when any of those moved, or the run did not finish, the record is stale.
+conformance run`. It is small enough to read at every `import torch`: the gate's verdicts per op,
+path and gate key (torch_fl.routing.gatekey), the failing cases in full, and counts. Every case
+of the run, passed ones included, is the evidence beside it (`torch-<line>.cases.jsonl.gz`),
+which the gate never reads; the record binds it by hash.
+
+The record binds everything that decides a verdict (`binding`): the descriptor's hash (comments
+and layout do not count, any field does), the torch line, the kernel libraries' versions and the
+content hash of every Python source in the platform's folder (vendor kernels). When any of those
+moved, or the run did not finish, the record is stale. A checksum over the record's content makes
+a record edited by hand `tampered`, and the counts in its summary are recomputed from its
+verdicts and failures, so a summary that disagrees with them is caught the same way.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib.metadata
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,27 +28,32 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from torch_fl import env
-from torch_fl.fileio import write_atomically
 from torch_fl.platform.descriptor import PlatformDescriptor
 from torch_fl.platform.errors import RecordError
 from torch_fl.platform.versions import minor_line, release
 
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
 RECORDS_DIR = "records"
-env.register(
-    "FLAGOS_CACHE_DIR", None,
-    "Where torch-fl keeps data derived from platform files, such as the gated part of each conformance "
-    "record read during `import torch` (default: ~/.cache/torch_fl/records).",
-)
-CaseStatus = Literal["passed", "failed", "error", "crashed", "timeout", "skipped"]
-RecordState = Literal["valid", "stale", "missing"]
-STATUS_WORDS: dict[str, str] = {"valid": "validated", "stale": "stale", "missing": "unvalidated"}
+CaseStatus = Literal["passed", "failed", "error", "crashed", "timeout", "skipped", "unjudged"]
+FAILING: frozenset[str] = frozenset({"failed", "error", "crashed", "timeout"})
+"""Statuses that veto what the case covers. `skipped` (not tried) and `unjudged` (tried, but not
+every part it claims to check could be compared) neither prove nor veto anything."""
+RecordState = Literal["valid", "stale", "missing", "tampered"]
+STATUS_WORDS: dict[str, str] = {"valid": "validated", "stale": "stale", "missing": "unvalidated", "tampered": "tampered"}
 """How a record state is shown to people: the platform's real status."""
+GATED_PATHS: frozenset[str] = frozenset({"flaggems", "vendor", "emulated"})
+"""Paths that run only where a record proves them; native and cpu are PyTorch's own kernels."""
+ANY_KEY = "*"
+"""The gate key of a failure that happened before its first call had a key (it vetoes every key)."""
+Verdict = Literal["passed", "failed", "unjudged"]
 
 
 class Case(BaseModel):
-    """One conformance case: an op x dtype x path x direction, or a capability check (op None)."""
+    """One conformance case: what ran (op x path, the gate keys of the calls it made), and how it ended.
+
+    Capability checks have no op. `dtype` is the dtype the case's inputs were made in (the OpInfo
+    dtype of an ops case); what the gate cares about is `keys`.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -47,10 +62,33 @@ class Case(BaseModel):
     op: str | None = None
     dtype: str | None = None
     path: str | None = None
+    keys: list[str] = []
     status: CaseStatus
     message: str = ""
     fingerprint: str | None = None
     duration_s: float = 0.0
+
+
+class Binding(BaseModel):
+    """What a record must share with this machine and checkout to vouch for them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    descriptor_hash: str
+    torch: str
+    torch_version: str
+    kernel_libraries: dict[str, str] = {}
+    sources: dict[str, str] = {}
+
+
+class Evidence(BaseModel):
+    """The file with every case of the run, bound by its hash."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str
+    sha256: str
+    cases: int
 
 
 class Record(BaseModel):
@@ -58,29 +96,94 @@ class Record(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    format: Literal[1] = RECORD_FORMAT
+    format: Literal[2] = RECORD_FORMAT
     platform: str
-    descriptor_hash: str
-    torch: str
-    torch_version: str
-    kernel_libraries: dict[str, str] = {}
+    binding: Binding
     started: str
     finished: str | None = None
     complete: bool
     machine: dict[str, Any] = {}
-    cases: list[Case] = []
+    gate: dict[str, dict[str, dict[str, Verdict]]] = {}
+    failures: list[Case] = []
+    counts: dict[str, dict[str, int]] = {}
     summary: dict[str, Any] = {}
+    evidence: Evidence | None = None
+    checksum: str = ""
+
+    @property
+    def torch(self) -> str:
+        return self.binding.torch
+
+    @property
+    def torch_version(self) -> str:
+        return self.binding.torch_version
+
+    @property
+    def kernel_libraries(self) -> dict[str, str]:
+        return self.binding.kernel_libraries
 
     def counts_by_path(self) -> dict[str, tuple[int, int]]:
         """path -> (passed, total) over op cases, for the compatibility matrix."""
-        counts: dict[str, list[int]] = {}
-        for case in self.cases:
-            if case.path is None:
-                continue
-            c = counts.setdefault(case.path, [0, 0])
-            c[0] += case.status == "passed"
-            c[1] += 1
-        return {path: (c[0], c[1]) for path, c in counts.items()}
+        return {path: (c.get("passed", 0), sum(c.values())) for path, c in sorted(self.counts.items()) if path != "-"}
+
+
+def gate_verdicts(cases: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Verdict]]]:
+    """op -> path -> gate key -> verdict, over the cases of gated paths.
+
+    A key is `failed` when any case that made a call with it failed, else `passed` when one passed
+    with it, else `unjudged`. A failing case that made no keyed call (it died first) vetoes every
+    key of its op and path (ANY_KEY).
+    """
+    gate: dict[str, dict[str, dict[str, Verdict]]] = {}
+    for case in cases:
+        op, path, status = case.get("op"), case.get("path"), case["status"]
+        if op is None or path not in GATED_PATHS or status == "skipped":
+            continue
+        keys = case.get("keys") or ([ANY_KEY] if status in FAILING else [])
+        verdicts = gate.setdefault(op, {}).setdefault(path, {})
+        for key in keys:
+            now = verdicts.get(key)
+            if status in FAILING or now == "failed":
+                verdicts[key] = "failed"
+            elif status == "passed" or now == "passed":
+                verdicts[key] = "passed"
+            else:
+                verdicts[key] = "unjudged"
+    return {op: {p: dict(sorted(v.items())) for p, v in sorted(paths.items())} for op, paths in sorted(gate.items())}
+
+
+def case_counts(cases: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """path ("-" for capability cases) -> status -> cases."""
+    counts: dict[str, Counter[str]] = {}
+    for case in cases:
+        counts.setdefault(case.get("path") or "-", Counter())[case["status"]] += 1
+    return {path: dict(sorted(c.items())) for path, c in sorted(counts.items())}
+
+
+def checksum(data: Mapping[str, Any]) -> str:
+    """`sha256:<hex>` of a record's canonical JSON, its own checksum field left out."""
+    body = {k: v for k, v in data.items() if k != "checksum"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def inconsistencies(record: Record, raw: Mapping[str, Any]) -> list[str]:
+    """Why a record is not what its run wrote (empty: it is)."""
+    problems = []
+    if record.checksum != checksum(raw):
+        problems.append("its checksum does not match its content (edited after the run)")
+    failing = Counter(c.status for c in record.failures if c.status in FAILING)
+    counted: Counter[str] = Counter()
+    for statuses in record.counts.values():
+        counted.update({s: n for s, n in statuses.items() if s in FAILING})
+    if counted != failing:
+        problems.append(f"its counts list {dict(counted)} failing cases, its failures {dict(failing)}")
+    failed_keys = {(c.op, c.path) for c in record.failures if c.path in GATED_PATHS and c.op}
+    for op, path in failed_keys:
+        if "failed" not in record.gate.get(op or "", {}).get(path or "", {}).values():
+            problems.append(f"{op} on {path} failed, yet no gate key of it is marked failed")
+            break
+    return problems
 
 
 def descriptor_hash(descriptor: PlatformDescriptor) -> str:
@@ -89,55 +192,78 @@ def descriptor_hash(descriptor: PlatformDescriptor) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def platform_sources(directory: Path) -> dict[str, str]:
+    """Relative path -> `sha256:<hex>` of every Python source in a platform's folder.
+
+    Vendor kernels live there (a vendor module must be a file inside the folder); hashing every
+    source, not only the module the descriptor names, covers the helpers it imports.
+    """
+    folder = Path(directory)
+    sources = {}
+    for path in sorted(folder.rglob("*.py")):
+        relative = path.relative_to(folder)
+        if "__pycache__" in relative.parts or relative.parts[0] == RECORDS_DIR:
+            continue
+        sources[relative.as_posix()] = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    return sources
+
+
 def record_path(directory: Path, torch_line: str) -> Path:
     """Where the record of `directory`'s platform for `torch_line` ("2.13") lives."""
     return Path(directory) / RECORDS_DIR / f"torch-{torch_line}.json"
 
 
-def _gated_copy(path: Path, skip_paths: frozenset[str]) -> Path:
-    """Where the record at `path`, less its cases on `skip_paths`, is cached: named by the file's
-    identity (place, size, modification time), so an edited or rewritten record is read afresh."""
-    stat = path.stat()
-    key = f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{','.join(sorted(skip_paths))}"
-    root = env.get("FLAGOS_CACHE_DIR") or Path.home() / ".cache" / "torch_fl" / "records"
-    return Path(root) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+def evidence_path(record_file: Path) -> Path:
+    """The evidence file beside a record: every case of its run, one JSON object a line, gzipped."""
+    return Path(record_file).with_name(Path(record_file).stem + ".cases.jsonl.gz")
 
 
-def load_record(directory: Path, torch_line: str, skip_paths: frozenset[str] = frozenset()) -> Record | None:
-    """The record for `torch_line`, None when there is none; a malformed file is a RecordError.
-
-    Cases on `skip_paths` are left out unread: gating, which runs during `import torch`, needs
-    only the cases of the paths it gates, a few hundred of tens of thousands. That part is cached
-    after the first read (parsing a record of megabytes costs about 0.1 s of every import).
-    """
-    path = record_path(directory, torch_line)
-    if not path.is_file():
-        return None
+def _read_record(path: Path) -> tuple[Record, dict[str, Any]]:
     try:
-        if not skip_paths:
-            return Record.model_validate_json(path.read_bytes())
-        cached = _gated_copy(path, skip_paths)
-        try:
-            return Record.model_validate_json(cached.read_bytes())
-        except (OSError, ValueError):  # not cached yet (or unreadable): read the record itself
-            pass
-        data = json.loads(path.read_bytes())
-        if isinstance(data, dict) and isinstance(data.get("cases"), list):
-            data["cases"] = [c for c in data["cases"] if not (isinstance(c, dict) and c.get("path") in skip_paths)]
-        record = Record.model_validate(data)
-        try:
-            write_atomically(cached, record.model_dump_json())
-        except OSError:  # a read-only home only costs the next import the full read
-            pass
-        return record
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"{path}: not valid JSON: {exc}") from None
+        raw = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(f"{path}: not a JSON record ({type(exc).__name__}: {str(exc)[:200]})") from None
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot read: {exc}") from None
+    if not isinstance(raw, dict):
+        raise RecordError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    if raw.get("format") != RECORD_FORMAT:
+        raise RecordError(
+            f"{path}: record format {str(raw.get('format'))[:20]}, this torch-fl reads format {RECORD_FORMAT}; "
+            "make a new record with `torch-fl conformance run`"
+        )
+    try:
+        return Record.model_validate(raw), raw
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise RecordError(f"{path}: {where}: {first['msg']} ({exc.error_count()} problem(s))") from None
+
+
+def load_record(directory: Path, torch_line: str) -> Record | None:
+    """The record for `torch_line`, None when there is none; a malformed file is a RecordError."""
+    path = record_path(directory, torch_line)
+    if not path.is_file():
+        return None
+    return _read_record(path)[0]
+
+
+def load_evidence(record_file: Path) -> list[Case]:
+    """Every case of the run a record was made from (its evidence file), checked against its hash."""
+    record, _ = _read_record(Path(record_file))
+    if record.evidence is None:
+        return list(record.failures)
+    path = Path(record_file).with_name(record.evidence.file)
+    try:
+        data = path.read_bytes()
     except OSError as exc:
-        raise RecordError(f"{path}: cannot read: {exc}") from None
+        raise RecordError(f"{path}: cannot read the evidence of {record_file}: {exc}") from None
+    if "sha256:" + hashlib.sha256(data).hexdigest() != record.evidence.sha256:
+        raise RecordError(f"{path}: does not match the hash {record_file} binds (edited or from another run)")
+    try:
+        return [Case.model_validate_json(line) for line in gzip.decompress(data).splitlines() if line.strip()]
+    except (OSError, ValidationError, ValueError) as exc:
+        raise RecordError(f"{path}: unreadable evidence: {str(exc)[:200]}") from None
 
 
 def record_lines(directory: Path) -> list[str]:
@@ -178,6 +304,41 @@ class RecordStatus:
     reasons: list[str] = field(default_factory=list)
     record: Record | None = None
     torch_line: str | None = None
+    file: Path | None = None
+
+
+def binding_differences(binding: Binding, expected: Binding) -> list[str]:
+    """What changed between the run a record binds and this machine and checkout."""
+    reasons: list[str] = []
+    if binding.descriptor_hash != expected.descriptor_hash:
+        reasons.append("descriptor changed since the record was made (hash differs)")
+    if binding.torch != expected.torch:
+        reasons.append(f"torch line differs: record is for {binding.torch}, installed is {expected.torch or 'none'}")
+    for name in sorted(set(binding.kernel_libraries) | set(expected.kernel_libraries)):
+        recorded, now = binding.kernel_libraries.get(name), expected.kernel_libraries.get(name)
+        if recorded is None:
+            reasons.append(f"{name} is declared but the record did not check it")
+        elif now != recorded:
+            reasons.append(f"{name} differs: record has {recorded}, installed is {now or 'none'}")
+    for source in sorted(set(binding.sources) | set(expected.sources)):
+        recorded, now = binding.sources.get(source), expected.sources.get(source)
+        if recorded != now:
+            what = "is new" if recorded is None else "was removed" if now is None else "changed"
+            reasons.append(f"platform source {source} {what} since the record was made")
+    return reasons
+
+
+def expected_binding(
+    descriptor: PlatformDescriptor, directory: Path, torch_version: str | None, kernel_versions: Mapping[str, str | None]
+) -> Binding:
+    """The binding a record made here and now would have."""
+    return Binding(
+        descriptor_hash=descriptor_hash(descriptor),
+        torch=minor_line(torch_version) if torch_version else "",
+        torch_version=torch_version or "",
+        kernel_libraries={name: version or "not installed" for name, version in kernel_versions.items()},
+        sources=platform_sources(directory),
+    )
 
 
 def record_status(
@@ -185,45 +346,38 @@ def record_status(
     directory: Path,
     torch_version: str | None,
     kernel_versions: Mapping[str, str | None],
-    skip_paths: frozenset[str] = frozenset(),
 ) -> RecordStatus:
-    """Compare the record for `torch_version`'s line with the descriptor and the installed kernels.
+    """Compare the record for `torch_version`'s line with the descriptor, its folder and the installed kernels.
 
-    `skip_paths`: cases of these paths are not loaded (see `load_record`).
     `kernel_versions` maps each kernel library to its installed version (None: not installed).
     With no record for this torch line but one for another line, the newest other record is
     returned as stale (the torch line differs); with none at all, the state is "missing". An
-    unreadable record is stale, so callers that only gate never have to handle RecordError.
+    unreadable record is stale and an edited one tampered, so callers that only gate never have
+    to handle RecordError.
     """
     line = minor_line(torch_version) if torch_version else None
     candidates = ([line] if line and record_path(directory, line).is_file() else []) or record_lines(directory)[:1]
     if not candidates:
         why = f"no {RECORDS_DIR}/torch-{line}.json" if line else "no record, and torch is not installed"
         return RecordStatus("missing", [why], None, line)
+    path = record_path(directory, candidates[0])
     try:
-        record = load_record(directory, candidates[0], skip_paths)
+        record, raw = _read_record(path)
     except RecordError as exc:
         # An unreadable record proves nothing, but must not stop native and cpu from running.
-        return RecordStatus("stale", [f"unreadable record: {exc}"], None, candidates[0])
-    assert record is not None
+        return RecordStatus("stale", [f"unreadable record: {exc}"], None, candidates[0], path)
+    tampered = inconsistencies(record, raw)
+    if tampered:
+        return RecordStatus("tampered", [f"{path}: {p}" for p in tampered], None, record.torch, path)
     reasons: list[str] = []
     if record.platform != descriptor.name:
         reasons.append(f"record is for platform {record.platform!r}")
-    if record.descriptor_hash != descriptor_hash(descriptor):
-        reasons.append("descriptor changed since the record was made (hash differs)")
     if line is None:
         reasons.append(f"torch is not installed (record is for torch {record.torch})")
-    elif record.torch != line:
-        reasons.append(f"torch line differs: record is for {record.torch}, installed is {line}")
-    for name, recorded in sorted(record.kernel_libraries.items()):
-        now = kernel_versions.get(name)
-        if now != recorded:
-            reasons.append(f"{name} differs: record has {recorded}, installed is {now or 'none'}")
-    for name in sorted(set(kernel_libraries(descriptor)) - set(record.kernel_libraries)):
-        reasons.append(f"{name} is declared but the record did not check it")
+    reasons += binding_differences(record.binding, expected_binding(descriptor, directory, torch_version, kernel_versions))
     if not record.complete:
         reasons.append("the conformance run did not complete")
-    return RecordStatus("stale" if reasons else "valid", reasons, record, record.torch)
+    return RecordStatus("stale" if reasons else "valid", reasons, record, record.torch, path)
 
 
 def current_status(descriptor: PlatformDescriptor) -> RecordStatus:

@@ -4,15 +4,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
-
 
 @dataclass
 class PathStatus:
     path: str
     available: bool
     implements: bool
-    validated_dtypes: list[str]
+    validated_keys: list[str]
     note: str = ""
 
 
@@ -40,8 +38,8 @@ class Explanation:
         ]
         for p in self.paths:
             state = "ok" if p.available and p.implements else "unavailable"
-            dtypes = ", ".join(p.validated_dtypes) or "none"
-            lines.append(f"  - {p.path}: {state}; allowed dtypes: {dtypes}{'; ' + p.note if p.note else ''}")
+            keys = ", ".join(p.validated_keys) or "none"
+            lines.append(f"  - {p.path}: {state}; allowed gate keys: {keys}{'; ' + p.note if p.note else ''}")
         for b in self.buckets:
             of = f" {b['dtype']}" if b.get("dtype") else ""
             lines.append(f"  bucket <= {b['max_numel']} elements{of} -> {b['choice']} {b.get('measured_us', '')}")
@@ -57,7 +55,7 @@ def normalize(op: str) -> str:
 
 
 def explain(op: str) -> Explanation:
-    """Which candidates `op` has, where they come from, which the gate allows per dtype, what runs."""
+    """Which candidates `op` has, where they come from, which gate keys each may serve, what runs."""
     from torch_fl.kernels.base import resolve
     from torch_fl.routing.runtime import router
 
@@ -68,18 +66,20 @@ def explain(op: str) -> Explanation:
     except AttributeError:
         raise ValueError(f"{op!r} is not an operator of this torch") from None
     plan = r.plan(name)
-    dtypes = list(r.descriptor.capabilities.dtypes)
     statuses = []
     for path in plan.candidates:
         kernels = r.kernel_sets.get(path)
         note = getattr(kernels, "unavailable", None) or ("" if kernels else "not declared by the platform")
-        allowed = [d for d in dtypes if plan.bypass_gate or r.gate.allows(name, getattr(torch, d), path)]
+        if path in ("native", "cpu") or plan.bypass_gate or r.gate.forced:
+            allowed = ["any"]
+        else:
+            allowed = sorted(r.gate.proven_keys(name, path))
         statuses.append(
             PathStatus(path, kernels is not None, bool(kernels and kernels.implements(name)), allowed, note or "")
         )
     python = name in r.installed
     if python:
-        served = "Python route kernel: first allowed candidate for the call's dtype (and shape bucket)"
+        served = "Python route kernel: first candidate allowed for the call's gate key (and shape bucket)"
     else:
         served = "C++ native route (backing kernel on zero-copy aliases; cpu fallback if the backing lacks it)"
     route = r.table.ops.get(name)

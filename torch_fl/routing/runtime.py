@@ -2,14 +2,14 @@
 
 For each aten overload the candidates come from (first match wins): the API, FLAGOS_ROUTE_<op>,
 a FLAGOS_ROUTES file, the platform's routes.yaml, the descriptor's route overrides, its route
-defaults. At call time the candidates are filtered by the conformance gate for the call's dtype,
-and a tuned shape bucket may pick among them. Ops where only the C++ paths (native, cpu) can run
+defaults. At call time the candidates are filtered by the conformance gate for the call's gate key
+(torch_fl.routing.gatekey: the dtypes of all its arguments and its size class), and a tuned shape
+bucket may pick among them. Ops where only the C++ paths (native, cpu) can run
 get no Python kernel at all: the C++ fallback serves them at C++ speed.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import warnings
 from collections import Counter
@@ -24,6 +24,7 @@ from torch_fl.kernels.base import KernelSet, resolve
 from torch_fl.kernels.registry import build_kernel_sets
 from torch_fl.routing import overrides, table as route_table
 from torch_fl.routing.constraints import refusal
+from torch_fl.routing.gatekey import key_function
 from torch_fl.routing.table import OpRoute, RouteTable
 
 env.register("FLAGOS_STRICT", "0", "Set to 1 to make a failing route raise instead of falling back to the next candidate.")
@@ -47,7 +48,12 @@ class OpPlan:
 @dataclass
 class _Installed:
     library: torch.library.Library
-    per_dtype: dict[Any, list[str]] = field(default_factory=dict)
+    per_key: dict[str, list[str]] = field(default_factory=dict)
+
+
+KeyListener = Callable[[str, str], None]
+"""Told (op, gate key) before a Python route kernel runs a call: how conformance learns the keys
+of the calls a case made (and which key was running when a kernel killed the process)."""
 
 
 class Router:
@@ -65,6 +71,7 @@ class Router:
         self.counts: Counter[tuple[str, str]] = Counter()
         self.warned: set[str] = set()
         self.strict = env.flag("FLAGOS_STRICT")
+        self.key_listener: Optional[KeyListener] = None
         self._lock = threading.RLock()
 
     # ---- which candidates an op has, and why
@@ -92,14 +99,15 @@ class Router:
                 ops |= set(self.kernel_sets[path].ops())
         return ops
 
-    def paths_for(self, plan: OpPlan, dtype: Any) -> list[str]:
-        """The candidates that may run `plan.op` in `dtype` here, in order."""
+    def paths_for(self, plan: OpPlan, key: Optional[str]) -> list[str]:
+        """The candidates that may run `plan.op` for a call of gate key `key` here, in order;
+        `key` None: those that may run it for some key."""
         out = []
         for path in plan.candidates:
             kernels = self.kernel_sets.get(path)
             if kernels is None or not kernels.implements(plan.op) or refusal(plan.op, path):
                 continue
-            if plan.bypass_gate or self.gate.allows(plan.op, dtype, path):
+            if plan.bypass_gate or self.gate.allows(plan.op, key, path):
                 out.append(path)
         return out
 
@@ -111,8 +119,7 @@ class Router:
         if all(p == "native" for p in plan.candidates[:1]):
             # native first: Python only matters if native could be skipped, which it cannot.
             return False
-        dtypes = [None] + [getattr(torch, d) for d in self.descriptor.capabilities.dtypes]
-        return any(self.paths_for(plan, d)[:1] not in ([], ["native"]) for d in dtypes)
+        return self.paths_for(plan, None)[:1] not in ([], ["native"])
 
     # ---- installing kernels
     def install_all(self) -> None:
@@ -143,17 +150,18 @@ class Router:
 
     def _kernel(self, op: str, overload: torch._ops.OpOverload, installed: _Installed) -> Callable[..., Any]:
         profiler_on = torch._C._autograd._profiler_enabled
+        call_key = key_function(overload)
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
-            dtype = _first_dtype(args)
-            paths = installed.per_dtype.get(dtype)
-            plan = None
+            key = call_key(args, kwargs)
+            if self.key_listener is not None:
+                self.key_listener(op, key.text)
+            paths = installed.per_key.get(key.text)
             if paths is None:
-                plan = self.plan(op)
-                paths = installed.per_dtype[dtype] = self.paths_for(plan, dtype) or ["native"]
+                paths = installed.per_key[key.text] = self.paths_for(self.plan(op), key.text) or ["native"]
             route = self.table.ops.get(op)
             if route is not None and route.buckets:
-                bucket = route.bucket_for(_largest_numel(args), _dtype_name(dtype))
+                bucket = route.bucket_for(key.numel, key.dtype)
                 if bucket is not None and bucket.choice in paths:
                     paths = [bucket.choice] + [p for p in paths if p != bucket.choice]
             failure: Optional[BaseException] = None
@@ -205,28 +213,6 @@ class Router:
         with self._lock:
             self.api.pop(op, None)
             self.refresh(op)
-
-
-def _first_dtype(args: tuple[Any, ...]) -> Any:
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            return a.dtype
-        if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
-            return a[0].dtype
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def _dtype_name(dtype: Any) -> Optional[str]:
-    return None if dtype is None else str(dtype).removeprefix("torch.")
-
-
-def _largest_numel(args: tuple[Any, ...]) -> int:
-    largest = 0
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            largest = max(largest, a.numel())
-    return largest
 
 
 _router: Optional[Router] = None

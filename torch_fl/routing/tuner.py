@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_fl.conformance.compare import reduction_length, tolerances
 from torch_fl.kernels.base import op_name
+from torch_fl.routing.gatekey import call_key
 from torch_fl.routing.runtime import C_PATHS, Router, forced
 from torch_fl.routing.table import Bucket, OpRoute, Provenance
 
@@ -52,21 +53,13 @@ def _clones(value: Any) -> Any:
     return tree_map(lambda a: a.clone() if isinstance(a, torch.Tensor) else a, value)
 
 
-def _largest_numel(args: Any) -> int:
-    return max((t.numel() for t in _tensors(args)), default=0)
-
-
-def _dtype(args: Any) -> Optional[torch.dtype]:
-    tensors = _tensors(args)
-    return tensors[0].dtype if tensors else None
-
-
 @dataclass
 class Sample:
     op: str
     overload: Any
     bound: int
-    dtype: Optional[torch.dtype]
+    dtype: Optional[str]
+    key: str  # the gate key of the recorded call
     args: Any
     kwargs: Any
     calls: int = 0
@@ -82,11 +75,12 @@ class _Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         name = op_name(func)
         if self.tunable(name):
-            key = (name, bucket_bound(_largest_numel((args, kwargs))), _dtype(args))
+            call = call_key(func, args, kwargs)
+            key = (name, bucket_bound(call.numel), call.text)
             sample = self.samples.get(key)
             if sample is None:
                 copy = _clones((args, kwargs))
-                sample = self.samples[key] = Sample(name, func, key[1], key[2], copy[0], copy[1])
+                sample = self.samples[key] = Sample(name, func, key[1], call.dtype, call.text, copy[0], copy[1])
             sample.calls += 1
         return func(*args, **kwargs)
 
@@ -266,7 +260,7 @@ def tune(
             p for p in plan.candidates
             if p != "cpu" and (paths is None or p in paths or p == "native")
             and p in router.kernel_sets and router.kernel_sets[p].implements(sample.op)
-            and router.gate.allows(sample.op, sample.dtype, p)
+            and router.gate.allows(sample.op, sample.key, p)
         ]
         if len(allowed) > 1:
             pending.append((sample, allowed))

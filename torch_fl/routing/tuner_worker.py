@@ -73,7 +73,7 @@ def work(samples_file: Path, journal_file: Path, start: int) -> int:
         item = payload[i]
         journal.append(journal_file, {"index": i, "started": True})
         args, kwargs = _restored((item["args"], item["kwargs"]))
-        sample = Sample(item["op"], _resolve(item["op"]), item["bound"], item["dtype"], args, kwargs, item["calls"])
+        sample = Sample(item["op"], _resolve(item["op"]), item["bound"], item["dtype"], item["key"], args, kwargs, item["calls"])
         m = measure(sample, item["paths"])
         journal.append(journal_file, {"index": i, "measurement": asdict(m)})
         if m.errors and not device_answers():
@@ -86,7 +86,7 @@ def measure_isolated(
 ) -> list[Measurement]:
     """Each (sample, candidate paths) measured in worker processes of platform `platform`."""
     payload = [
-        {"op": s.op, "bound": s.bound, "dtype": s.dtype, "args": _portable(s.args), "kwargs": _portable(s.kwargs),
+        {"op": s.op, "bound": s.bound, "dtype": s.dtype, "key": s.key, "args": _portable(s.args), "kwargs": _portable(s.kwargs),
          "calls": s.calls, "paths": paths}
         for s, paths in samples
     ]
