@@ -46,6 +46,14 @@ def identity(descriptor: Any) -> dict[str, Any]:
     return {"platform": descriptor.name, "binding": binding.model_dump()}
 
 
+_CASE_DEFAULTS: dict[str, Any] = {"keys": [], "message": "", "duration_s": 0.0}
+
+
+def _case_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """A journal entry's record fields, absent ones at the record's defaults."""
+    return {k: entry[k] if entry.get(k) is not None else _CASE_DEFAULTS.get(k) for k in CASE_FIELDS}
+
+
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
@@ -74,7 +82,7 @@ class Collector:
         for entry in entries:
             kind = entry.get("kind")
             if kind == "case":
-                self.cases[entry["id"]] = {k: entry.get(k) for k in CASE_FIELDS}
+                self.cases[entry["id"]] = _case_fields(entry)
                 n += 1
             elif kind == "item":
                 self.items_done.add(entry["item"])
@@ -166,6 +174,16 @@ def build(
         "summary": summary,
     }
     return record, cases
+
+
+def write_cases(path: Path, header: dict[str, Any], cases: Iterable[dict[str, Any]], complete: bool = True) -> dict[str, Any]:
+    """Write the record of a run whose header and cases are given (tools and tests that make records
+    without running the suites); returns the record as written."""
+    collector = Collector()
+    collector.feed([{**header, "kind": "run"}, *({**c, "kind": "case"} for c in cases)])
+    record, all_cases = build(collector, complete, now() if complete else None)
+    write(path, record, all_cases)
+    return json.loads(Path(path).read_text())
 
 
 def write(path: Path, record: dict[str, Any], cases: list[dict[str, Any]]) -> None:

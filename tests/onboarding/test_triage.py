@@ -6,8 +6,9 @@ import json
 import pytest
 
 from onboard_helpers import cli, make
-from torch_fl.onboarding.triage import classify, group_failures, triage
-from torch_fl.platform.record import Case, Record, descriptor_hash, record_path
+from torch_fl.conformance import recordfile
+from torch_fl.platform.triage import classify, group_failures, read_baseline, read_record, triage
+from torch_fl.platform.record import Case, descriptor_hash, record_path
 from torch_fl.platform.loader import load_descriptor
 
 
@@ -59,9 +60,17 @@ def test_cases_without_fingerprint_are_grouped_by_message():
     assert len(group_failures(cases)) == 1
 
 
-def record_of(cases: list[Case], platform: str = "demo_chip", descriptor_hash: str = "sha256:x") -> Record:
-    return Record(platform=platform, descriptor_hash=descriptor_hash, torch="2.13", torch_version="2.13.0",
-                  started="2026-01-01T00:00:00Z", finished="2026-01-01T00:01:00Z", complete=True, cases=cases)
+def write_record(path, cases: list[Case], platform: str = "demo_chip", descriptor_hash: str = "sha256:x"):
+    """A record and its evidence, as the conformance writer makes them, at `path`."""
+    binding = {"descriptor_hash": descriptor_hash, "torch": "2.13", "torch_version": "2.13.0"}
+    header = {"platform": platform, "binding": binding, "started": "2026-01-01T00:00:00Z"}
+    recordfile.write_cases(path, header, [c.model_dump() for c in cases])
+    return path
+
+
+def report_of(tmp_path, cases: list[Case], baseline=None) -> dict:
+    path = write_record(tmp_path / "new" / "torch-2.13.json", cases)
+    return triage(*read_record(path), str(path), baseline)
 
 
 OLD = [
@@ -78,11 +87,8 @@ NEW = [
 
 
 def test_report_and_comparison_with_a_record(tmp_path):
-    old_file = tmp_path / "old.json"
-    old_file.write_text(record_of(OLD).model_dump_json())
-    from torch_fl.onboarding.triage import read_baseline
-
-    report = triage(record_of(NEW), "new.json", read_baseline(old_file))
+    old_file = write_record(tmp_path / "old" / "torch-2.13.json", OLD)
+    report = report_of(tmp_path, NEW, read_baseline(old_file))
     assert report["ok"] is False and report["summary"]["failing"] == 2 and report["summary"]["groups"] == 2
     assert report["summary"]["by_category"]["precision"] == 1 and report["summary"]["by_category"]["unsupported-op"] == 1
     comparison = report["comparison"]
@@ -95,10 +101,8 @@ def test_report_and_comparison_with_a_record(tmp_path):
 
 def test_a_saved_triage_report_is_a_baseline(tmp_path):
     saved = tmp_path / "before.json"
-    saved.write_text(json.dumps(triage(record_of(OLD), "old.json")))
-    from torch_fl.onboarding.triage import read_baseline
-
-    comparison = triage(record_of(NEW), "new.json", read_baseline(saved))["comparison"]
+    saved.write_text(json.dumps(triage(*read_record(write_record(tmp_path / "old" / "torch-2.13.json", OLD)), "old")))
+    comparison = report_of(tmp_path, NEW, read_baseline(saved))["comparison"]
     assert comparison["new_failures"] == ["c3"] and comparison["fixed"] == ["c1"] and comparison["still_failing"] == ["c2"]
 
 
@@ -106,21 +110,18 @@ def test_a_saved_triage_report_is_a_baseline(tmp_path):
 def recorded(repo):
     make(repo)
     folder = repo / "plats" / "demo_chip"
-    path = record_path(folder, "2.13")
-    path.parent.mkdir()
-    path.write_text(record_of(NEW, descriptor_hash=descriptor_hash(load_descriptor(folder))).model_dump_json())
-    return path
+    return write_record(record_path(folder, "2.13"), NEW, descriptor_hash=descriptor_hash(load_descriptor(folder)))
 
 
 def test_cli_reads_the_platform_record(recorded, monkeypatch):
-    monkeypatch.setattr("torch_fl.onboarding.triage.installed_version", lambda name: "2.13.0")
+    monkeypatch.setattr("torch_fl.platform.triage.installed_version", lambda name: "2.13.0")
     data = cli("triage", "demo_chip")
     assert data["record"] == str(recorded) and data["summary"]["failing"] == 2 and data["kind"] == "triage"
 
 
 def test_cli_against_a_saved_report(recorded, tmp_path):
     before = tmp_path / "before.json"
-    before.write_text(json.dumps(triage(record_of(OLD), "old.json")))
+    before.write_text(json.dumps(triage(*read_record(write_record(tmp_path / "old" / "torch-2.13.json", OLD)), "old")))
     data = cli("triage", "demo_chip", "--record", str(recorded), "--against", str(before))
     assert data["comparison"]["new_failures"] == ["c3"]
 
@@ -128,9 +129,8 @@ def test_cli_against_a_saved_report(recorded, tmp_path):
 def test_cli_errors(repo, tmp_path):
     make(repo)
     assert "no conformance record" in cli("triage", "demo_chip", code=1)["error"]
-    other = tmp_path / "other.json"
-    other.write_text(record_of(NEW, platform="host_ref").model_dump_json())
+    other = write_record(tmp_path / "other" / "torch-2.13.json", NEW, platform="host_ref")
     assert "not 'demo_chip'" in cli("triage", "demo_chip", "--record", str(other), code=1)["error"]
     junk = tmp_path / "junk.json"
     junk.write_text("{}")
-    assert "not a conformance record" in cli("triage", "demo_chip", "--record", str(junk), code=1)["error"]
+    assert "junk.json: record format None" in cli("triage", "demo_chip", "--record", str(junk), code=1)["error"]

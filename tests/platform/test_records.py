@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from torch_fl.conformance import recordfile
+from torch_fl.conformance.recordfile import identity
 from torch_fl.platform import RecordError, descriptor_hash, load_descriptor, load_record, record_path, record_status
 from torch_fl.platform.discovery import shipped_root
-from torch_fl.platform.record import Record, current_status, record_lines
+from torch_fl.platform.record import Record, current_status, evidence_path, load_evidence, record_lines
 
 
 def copy_platform(tmp_path: Path, name: str) -> Path:
@@ -19,24 +21,21 @@ def copy_platform(tmp_path: Path, name: str) -> Path:
     return folder
 
 
-def write_record(folder: Path, torch_version: str = "2.13.0+cpu", **fields) -> Record:
+NATIVE_CASE = {"id": "ops/add/float32/native", "suite": "ops", "op": "aten::add.Tensor", "dtype": "float32",
+               "path": "native", "status": "passed"}
+
+
+def write_record(folder: Path, torch_version: str = "2.13.0+cpu", cases: list | None = None, complete: bool = True,
+                 **binding) -> Record:
+    """A record made by the conformance writer for the descriptor and sources in `folder`."""
     descriptor = load_descriptor(folder)
-    data = {
-        "format": 1, "platform": descriptor.name, "descriptor_hash": descriptor_hash(descriptor),
-        "torch": ".".join(torch_version.split(".")[:2]), "torch_version": torch_version,
-        "kernel_libraries": {}, "started": "2026-10-01T10:00:00+00:00", "finished": "2026-10-01T10:30:00+00:00",
-        "complete": True, "machine": {"host": "ci"},
-        "cases": [{"id": "ops/aten::add.Tensor/float32/native/forward", "suite": "ops", "op": "aten::add.Tensor",
-                   "dtype": "float32", "path": "native", "status": "passed", "message": "", "fingerprint": None,
-                   "duration_s": 0.01}],
-        "summary": {"passed": 1},
-    }
-    data.update(fields)
-    record = Record.model_validate(data)
-    path = record_path(folder, data["torch"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2))
-    return record
+    header = identity(descriptor)
+    header["binding"].update({"torch": ".".join(torch_version.split(".")[:2]), "torch_version": torch_version,
+                              "kernel_libraries": {}, **binding})
+    header.update(started="2026-10-01T10:00:00+00:00", machine={"host": "ci"})
+    path = record_path(folder, header["binding"]["torch"])
+    recordfile.write_cases(path, header, cases if cases is not None else [NATIVE_CASE], complete)
+    return Record.model_validate_json(path.read_text())
 
 
 def test_hash_ignores_comments_and_layout_but_not_fields(tmp_path):
@@ -58,21 +57,28 @@ def test_load_record_roundtrip_and_missing(tmp_path):
     assert record_path(folder, "2.13") == folder / "records" / "torch-2.13.json"
 
 
-def test_gated_cases_are_cached_and_a_rewritten_record_is_read_afresh(tmp_path, monkeypatch):
-    monkeypatch.setenv("FLAGOS_CACHE_DIR", str(tmp_path / "cache"))
+def test_the_evidence_holds_every_case_and_the_record_only_failures_and_verdicts(tmp_path):
     folder = copy_platform(tmp_path, "host_ref")
-    emulated = {"id": "ops/aten::_to_copy/float8_e4m3fn/emulated/forward", "suite": "ops", "op": "aten::_to_copy",
-                "dtype": "float8_e4m3fn", "path": "emulated", "status": "passed", "message": "", "fingerprint": None,
-                "duration_s": 0.01}
-    written = write_record(folder, cases=[write_record(folder).cases[0].model_dump(), emulated])
-    skip = frozenset({"native", "cpu"})
-    first = load_record(folder, "2.13", skip_paths=skip)
-    assert [c.path for c in first.cases] == ["emulated"] and first.descriptor_hash == written.descriptor_hash
-    assert len(list((tmp_path / "cache").glob("*.json"))) == 1
-    assert load_record(folder, "2.13", skip_paths=skip) == first  # from the cache
-    write_record(folder, cases=[{**emulated, "status": "failed"}])  # a new run rewrites the record
-    assert [c.status for c in load_record(folder, "2.13", skip_paths=skip).cases] == ["failed"]
-    assert load_record(folder, "2.13").cases[0].status == "failed"
+    emulated = {"id": "ops/fp8/to/emulated/aten::_to_copy", "suite": "ops", "op": "aten::_to_copy", "path": "emulated",
+                "keys": ["float32,dtype=float8_e4m3fn@tiny"], "status": "passed"}
+    broken = {**emulated, "id": "ops/fp8/to/emulated/aten::_to_copy/big", "keys": ["float32,dtype=float8_e4m3fn@huge"],
+              "status": "failed", "message": "wrong"}
+    record = write_record(folder, cases=[NATIVE_CASE, emulated, broken])
+    assert record.gate == {"aten::_to_copy": {"emulated": {"float32,dtype=float8_e4m3fn@huge": "failed",
+                                                            "float32,dtype=float8_e4m3fn@tiny": "passed"}}}
+    assert [c.id for c in record.failures] == [broken["id"]]
+    assert record.counts == {"emulated": {"failed": 1, "passed": 1}, "native": {"passed": 1}}
+    evidence = load_evidence(record_path(folder, "2.13"))
+    assert sorted(c.id for c in evidence) == sorted(c["id"] for c in (NATIVE_CASE, emulated, broken))
+
+
+def test_evidence_that_does_not_match_its_hash_is_refused(tmp_path):
+    folder = copy_platform(tmp_path, "host_ref")
+    write_record(folder)
+    path = evidence_path(record_path(folder, "2.13"))
+    path.write_bytes(path.read_bytes() + b"\0")
+    with pytest.raises(RecordError, match="does not match the hash"):
+        load_evidence(record_path(folder, "2.13"))
 
 
 def test_malformed_record_is_an_error(tmp_path):
@@ -80,18 +86,28 @@ def test_malformed_record_is_an_error(tmp_path):
     write_record(folder)
     path = record_path(folder, "2.13")
     data = json.loads(path.read_text())
-    data["cases"][0]["status"] = "exploded"
+    data["failures"] = [{"id": "x", "suite": "ops", "status": "exploded"}]
     path.write_text(json.dumps(data))
-    with pytest.raises(RecordError, match="torch-2.13.json: cases.0.status"):
+    with pytest.raises(RecordError, match="torch-2.13.json: failures.0.status"):
         load_record(folder, "2.13")
 
 
-def test_unreadable_record_is_stale_for_status(tmp_path):
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe\x00garbage", bytes(range(256)) * 4, b"[1, 2]"])
+def test_unreadable_record_is_stale_for_status_and_named(tmp_path, content):
     folder = copy_platform(tmp_path, "host_ref")
     record_path(folder, "2.13").parent.mkdir()
-    record_path(folder, "2.13").write_text("{not json")
+    record_path(folder, "2.13").write_bytes(content)
     status = record_status(load_descriptor(folder), folder, "2.13.0", {})
     assert status.state == "stale" and status.reasons[0].startswith("unreadable record:")
+    assert str(record_path(folder, "2.13")) in status.reasons[0]
+
+
+def test_a_record_of_the_previous_format_is_stale_and_says_how_to_renew_it(tmp_path):
+    folder = copy_platform(tmp_path, "host_ref")
+    record_path(folder, "2.13").parent.mkdir()
+    record_path(folder, "2.13").write_text(json.dumps({"format": 1, "platform": "host_ref", "cases": []}))
+    status = record_status(load_descriptor(folder), folder, "2.13.0", {})
+    assert status.state == "stale" and "format 1" in status.reasons[0] and "conformance run" in status.reasons[0]
 
 
 def test_valid_record(tmp_path):
@@ -140,9 +156,9 @@ def test_stale_when_a_kernel_library_version_differs(tmp_path):
     descriptor = load_descriptor(folder)
     assert record_status(descriptor, folder, "2.11.0+cu130", {"flag_gems": "5.0.2"}).state == "valid"
     stale = record_status(descriptor, folder, "2.11.0+cu130", {"flag_gems": "5.1.0"})
-    assert stale.state == "stale" and stale.reasons == ["flag_gems differs: record has 5.0.2, installed is 5.1.0"]
+    assert stale.state == "stale" and stale.reasons == ["flag_gems differs: record has 5.0.2, installed: 5.1.0"]
     absent = record_status(descriptor, folder, "2.11.0+cu130", {"flag_gems": None})
-    assert absent.reasons == ["flag_gems differs: record has 5.0.2, installed is none"]
+    assert absent.reasons == ["flag_gems differs: record has 5.0.2, installed: not installed"]
 
 
 def test_stale_when_a_declared_kernel_library_was_not_checked(tmp_path):
@@ -154,7 +170,7 @@ def test_stale_when_a_declared_kernel_library_was_not_checked(tmp_path):
 
 def test_stale_when_the_run_did_not_complete(tmp_path):
     folder = copy_platform(tmp_path, "host_ref")
-    write_record(folder, complete=False, finished=None)
+    write_record(folder, complete=False)
     status = record_status(load_descriptor(folder), folder, "2.13.0", {})
     assert status.state == "stale" and status.reasons == ["the conformance run did not complete"]
 

@@ -23,21 +23,20 @@ def triage_cmd(
 
     Exits 0 whenever the record could be read: `.ok` says whether anything fails, and with --against, `.comparison.new_failures` lists what broke since.
     """
-    from torch_fl.onboarding.errors import OnboardError
-    from torch_fl.onboarding.triage import default_record, read_baseline, read_record, triage
     from torch_fl.platform.discovery import load_platform
     from torch_fl.platform.errors import PlatformError
+    from torch_fl.platform.triage import default_record, read_baseline, read_record, triage
 
     try:
         if record is None:
             record = default_record(load_platform(name).directory)
-        loaded = read_record(record)
+        loaded, cases = read_record(record)
         baseline = read_baseline(against) if against is not None else None
-    except (OnboardError, PlatformError) as exc:
+    except PlatformError as exc:
         raise fail(str(exc), as_json, 1, platform=name) from None
     if loaded.platform != name:
         raise fail(f"{record} is a record of platform {loaded.platform!r}, not {name!r}", as_json, 1, platform=name)
-    report = triage(loaded, str(record), baseline)
+    report = triage(loaded, cases, str(record), baseline)
 
     def human() -> None:
         s = report["summary"]

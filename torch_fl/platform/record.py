@@ -240,12 +240,15 @@ def _read_record(path: Path) -> tuple[Record, dict[str, Any]]:
         raise RecordError(f"{path}: {where}: {first['msg']} ({exc.error_count()} problem(s))") from None
 
 
+def load_record_file(path: Path) -> Record:
+    """The record in `path`; a missing or malformed file is a RecordError that names it."""
+    return _read_record(Path(path))[0]
+
+
 def load_record(directory: Path, torch_line: str) -> Record | None:
     """The record for `torch_line`, None when there is none; a malformed file is a RecordError."""
     path = record_path(directory, torch_line)
-    if not path.is_file():
-        return None
-    return _read_record(path)[0]
+    return load_record_file(path) if path.is_file() else None
 
 
 def load_evidence(record_file: Path) -> list[Case]:
@@ -312,14 +315,16 @@ def binding_differences(binding: Binding, expected: Binding) -> list[str]:
     reasons: list[str] = []
     if binding.descriptor_hash != expected.descriptor_hash:
         reasons.append("descriptor changed since the record was made (hash differs)")
-    if binding.torch != expected.torch:
-        reasons.append(f"torch line differs: record is for {binding.torch}, installed is {expected.torch or 'none'}")
+    if expected.torch and binding.torch != expected.torch:
+        reasons.append(f"torch line differs: record is for {binding.torch}, installed is {expected.torch}")
     for name in sorted(set(binding.kernel_libraries) | set(expected.kernel_libraries)):
         recorded, now = binding.kernel_libraries.get(name), expected.kernel_libraries.get(name)
         if recorded is None:
             reasons.append(f"{name} is declared but the record did not check it")
+        elif now is None:
+            reasons.append(f"{name} is no longer declared (the record checked {recorded})")
         elif now != recorded:
-            reasons.append(f"{name} differs: record has {recorded}, installed is {now or 'none'}")
+            reasons.append(f"{name} differs: record has {recorded}, installed: {now}")
     for source in sorted(set(binding.sources) | set(expected.sources)):
         recorded, now = binding.sources.get(source), expected.sources.get(source)
         if recorded != now:

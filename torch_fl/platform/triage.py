@@ -1,6 +1,6 @@
 """Triage of a conformance record: what kind of failure each is, deduplicated, and what changed.
 
-Reads record files only (torch_fl.platform.record.Record); never imports the conformance runner.
+Reads record files and their evidence (torch_fl.platform.record); never imports the conformance runner.
 A failure is one of:
   crash            the case crashed its worker or timed out (status crashed/timeout);
   missing-feature  a device feature is absent: autocast, generators, streams, distributed, compile,
@@ -22,13 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from torch_fl.onboarding.errors import OnboardError
-from torch_fl.platform.record import Case, Record, installed_version, record_lines, record_path
+from torch_fl.platform.errors import RecordError
+from torch_fl.platform.record import (
+    FAILING,
+    Case,
+    Record,
+    installed_version,
+    load_evidence,
+    load_record_file,
+    record_lines,
+    record_path,
+)
 from torch_fl.platform.versions import minor_line
 
-FAILING = frozenset({"failed", "error", "crashed", "timeout"})
 CATEGORIES = ("unsupported-op", "precision", "crash", "missing-feature", "other")
 
 HINTS = {
@@ -146,15 +152,9 @@ class Baseline:
     fingerprints: frozenset[str]
 
 
-def read_record(path: Path) -> Record:
-    try:
-        return Record.model_validate_json(Path(path).read_bytes())
-    except OSError as exc:
-        raise OnboardError(f"{path}: cannot read the record: {exc.strerror or exc}") from None
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise OnboardError(f"{path}: not a conformance record: {where}: {first['msg']}") from None
+def read_record(path: Path) -> tuple[Record, list[Case]]:
+    """A record and every case of its run (its evidence)."""
+    return load_record_file(Path(path)), load_evidence(Path(path))
 
 
 def default_record(directory: Path) -> Path:
@@ -164,7 +164,7 @@ def default_record(directory: Path) -> Path:
         return record_path(directory, minor_line(torch_version))
     lines = record_lines(directory)
     if not lines:
-        raise OnboardError(f"{directory} has no conformance record yet; make one with torch-fl conformance run {Path(directory).name}")
+        raise RecordError(f"{directory} has no conformance record yet; make one with torch-fl conformance run {Path(directory).name}")
     return record_path(directory, lines[0])
 
 
@@ -173,22 +173,22 @@ def read_baseline(path: Path) -> Baseline:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise OnboardError(f"{path}: cannot read the baseline: {exc}") from None
+        raise RecordError(f"{path}: cannot read the baseline: {exc}") from None
     if isinstance(data, dict) and data.get("kind") == "triage":
         groups = data.get("groups", [])
         statuses = {cid: "passed" for cid in data.get("passed_ids", [])}
         statuses.update({cid: "failed" for g in groups for cid in g.get("case_ids", [])})
         return Baseline(str(path), statuses, frozenset(g["fingerprint"] for g in groups))
-    record = read_record(path)
-    failing = frozenset(fingerprint(c) for c in record.cases if c.status in FAILING)
-    return Baseline(str(path), {c.id: c.status for c in record.cases}, failing)
+    cases = load_evidence(path)
+    failing = frozenset(fingerprint(c) for c in cases if c.status in FAILING)
+    return Baseline(str(path), {c.id: c.status for c in cases}, failing)
 
 
-def compare(record: Record, baseline: Baseline) -> dict[str, Any]:
-    now = {c.id: c.status for c in record.cases}
+def compare(cases: list[Case], baseline: Baseline) -> dict[str, Any]:
+    now = {c.id: c.status for c in cases}
     failing_now = {cid for cid, s in now.items() if s in FAILING}
     failing_before = {cid for cid, s in baseline.statuses.items() if s in FAILING}
-    fingerprints_now = {fingerprint(c) for c in record.cases if c.status in FAILING}
+    fingerprints_now = {fingerprint(c) for c in cases if c.status in FAILING}
     return {
         "against": baseline.source,
         "new_failures": sorted(failing_now - failing_before),
@@ -200,10 +200,10 @@ def compare(record: Record, baseline: Baseline) -> dict[str, Any]:
     }
 
 
-def triage(record: Record, source: str, baseline: Baseline | None = None) -> dict[str, Any]:
-    """The triage report of `record` (read from `source`), compared with `baseline` when given."""
-    groups = group_failures(record.cases)
-    statuses = Counter(c.status for c in record.cases)
+def triage(record: Record, cases: list[Case], source: str, baseline: Baseline | None = None) -> dict[str, Any]:
+    """The triage report of `record` and its `cases` (read from `source`), compared with `baseline` when given."""
+    groups = group_failures(cases)
+    statuses = Counter(c.status for c in cases)
     by_category = {name: 0 for name in CATEGORIES}
     for group in groups:
         by_category[group.category] += len(group.cases)
@@ -216,7 +216,7 @@ def triage(record: Record, source: str, baseline: Baseline | None = None) -> dic
         "torch": record.torch,
         "complete": record.complete,
         "summary": {
-            "cases": len(record.cases),
+            "cases": len(cases),
             "passed": statuses.get("passed", 0),
             "skipped": statuses.get("skipped", 0),
             "failing": failing,
@@ -226,8 +226,8 @@ def triage(record: Record, source: str, baseline: Baseline | None = None) -> dic
         },
         "groups": [g.as_dict(record.platform) for g in groups],
         # Kept so this report can itself be the baseline of a later triage (--against).
-        "passed_ids": sorted(c.id for c in record.cases if c.status == "passed"),
+        "passed_ids": sorted(c.id for c in cases if c.status == "passed"),
     }
     if baseline is not None:
-        report["comparison"] = compare(record, baseline)
+        report["comparison"] = compare(cases, baseline)
     return report
