@@ -20,6 +20,7 @@ from typing import Any
 from torch_fl.fileio import write_atomically
 from torch_fl.platform.record import (
     RECORD_FORMAT,
+    Binding,
     Record,
     case_counts,
     checksum,
@@ -115,12 +116,12 @@ def summarize(cases: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts by status, suite and path; the ops criterion; the distinct failures (by fingerprint)."""
     by_status = Counter(c["status"] for c in cases)
     ops = [c for c in cases if c["suite"] == "ops"]
-    baseline = sum(1 for c in ops if c["status"] == "skipped" and str(c.get("message", "")).startswith("baseline"))
-    judged = [c for c in ops if c["status"] != "skipped"]
+    unjudged = sum(1 for c in ops if c["status"] == "unjudged")
+    judged = [c for c in ops if c["status"] not in ("skipped", "unjudged")]
     passed = sum(1 for c in judged if c["status"] == "passed")
     failures: dict[str, dict[str, Any]] = {}
     for c in cases:
-        if c["status"] in ("passed", "skipped"):
+        if c["status"] in ("passed", "skipped", "unjudged"):
             continue
         f = failures.setdefault(
             c.get("fingerprint") or c["id"],
@@ -133,11 +134,12 @@ def summarize(cases: list[dict[str, Any]]) -> dict[str, Any]:
         "by_suite": _table(cases, "suite"),
         "by_path": _table([c for c in cases if c.get("path")], "path"),
         "ops_criterion": {
-            "description": "ops cases whose CPU baseline meets the float64 reference, passed on flagos",
+            "description": "ops cases whose every part could be compared (the CPU baseline meets the float64 "
+            "reference), passed on flagos",
             "judged": len(judged),
             "passed": passed,
             "rate": round(passed / len(judged), 4) if judged else None,
-            "baseline_skipped": baseline,
+            "unjudged": unjudged,
             "target": CRITERION,
             "met": (passed / len(judged) >= CRITERION) if judged else None,
         },
@@ -163,7 +165,7 @@ def build(
     record = {
         "format": RECORD_FORMAT,
         "platform": header.get("platform", ""),
-        "binding": header.get("binding", {}),
+        "binding": Binding.model_validate(header.get("binding") or {}).model_dump(),
         "started": header.get("started", now()),
         "finished": finished,
         "complete": complete,

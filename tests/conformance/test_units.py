@@ -11,7 +11,7 @@ from torch_fl.conformance import compare, crash, journal, recordfile, summary
 from torch_fl.conformance.fingerprint import fingerprint
 from torch_fl.conformance.recorder import inflight_path
 
-from torch_fl.platform.record import Record
+from torch_fl.platform.record import Record, load_evidence
 
 
 # ---- comparison
@@ -79,20 +79,24 @@ def _entry(case_id: str, status: str, suite: str = "ops", path: str | None = "na
 
 def test_record_has_the_loader_fields_and_keeps_the_last_entry_of_a_case(tmp_path: Path) -> None:
     collector = recordfile.Collector()
-    header = {"kind": "run", "platform": "p", "descriptor_hash": "sha256:x", "torch": "2.13", "torch_version": "2.13.0",
-              "kernel_libraries": {}, "started": "now", "machine": {"workers": 2}, "selection": {"k": "mm"}}
+    binding = {"descriptor_hash": "sha256:x", "torch": "2.13", "torch_version": "2.13.0"}
+    header = {"kind": "run", "platform": "p", "binding": binding, "started": "now", "machine": {"workers": 2},
+              "selection": {"k": "mm"}}
     collector.feed([header, _entry("ops/a", "crashed"), _entry("ops/a", "passed"), _entry("ops/b", "failed", message="bad"),
-                    _entry("ops/c", "skipped", message="baseline: cpu misses it"), _entry("amp/d", "passed", "amp", None)])
-    record = recordfile.build(collector, complete=True, finished="later")
-    Record.model_validate(record)
-    assert [c["id"] for c in record["cases"]] == ["amp/d", "ops/a", "ops/b", "ops/c"]
+                    _entry("ops/c", "unjudged", message="not every part was compared"), _entry("amp/d", "passed", "amp", None),
+                    _entry("ops/e", "skipped", message="no sample applies")])
+    record, cases = recordfile.build(collector, complete=True, finished="later")
+    assert [c["id"] for c in cases] == ["amp/d", "ops/a", "ops/b", "ops/c", "ops/e"]
+    assert [c["id"] for c in record["failures"]] == ["ops/b"]
     s = record["summary"]
-    assert s["by_status"] == {"passed": 2, "failed": 1, "skipped": 1}
-    assert s["ops_criterion"]["judged"] == 2 and s["ops_criterion"]["rate"] == 0.5 and s["ops_criterion"]["baseline_skipped"] == 1
+    assert s["by_status"] == {"passed": 2, "failed": 1, "unjudged": 1, "skipped": 1}
+    assert s["ops_criterion"]["judged"] == 2 and s["ops_criterion"]["rate"] == 0.5 and s["ops_criterion"]["unjudged"] == 1
     assert record["machine"]["selection"] == {"k": "mm"}
     target = tmp_path / "records" / "torch-2.13.json"
-    recordfile.write(target, record)
-    assert json.loads(target.read_text()) == record
+    recordfile.write(target, record, cases)
+    written = Record.model_validate_json(target.read_text())
+    assert written.failures[0].id == "ops/b" and written.evidence.cases == 5 and written.checksum.startswith("sha256:")
+    assert [c.id for c in load_evidence(target)] == [c["id"] for c in cases]
     text = summary.render(record)
     assert "| ops | 1 | 1 |" in text and "## Failures" in text and "`ops/b`" in text
 
@@ -104,7 +108,7 @@ def _marker(run_dir: Path, worker: str, trace: str, started_ago: float, timeout:
     trace_file.write_text(trace)
     inflight_path(run_dir, worker).write_text(json.dumps({
         "item": "ops.py::test_op[x]", "case": {"id": "ops/x/float32/vendor/aten::x", "suite": "ops", "op": "aten::x",
-                                               "dtype": "float32", "path": "vendor"},
+                                               "dtype": "float32", "path": "vendor", "keys": ["float32@large"]},
         "item_level": False, "started": time.time() - started_ago, "timeout": timeout, "trace": str(trace_file),
         "trace_offset": 0,
     }))
@@ -121,6 +125,7 @@ def test_crash_report_names_the_fault_and_the_kernel(tmp_path: Path) -> None:
     _marker(tmp_path, "gw0", trace, started_ago=0.5, timeout=60)
     entry = crash.diagnose(tmp_path, "gw0", "ops.py::test_op[x]")
     assert entry["status"] == "crashed" and entry["op"] == "aten::x"
+    assert entry["keys"] == ["float32@large"]  # the key in flight when it died: only that key is vetoed
     assert "Segmentation fault" in entry["message"] and "kernels.py:12 in abs_kernel" in entry["message"]
     assert crash.diagnose(tmp_path, "gw0", "ops.py::test_op[x]") is None  # the marker is consumed
 

@@ -1,11 +1,12 @@
 """The Markdown compatibility matrix is computed from descriptors and records, never hand-written."""
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
-from torch_fl.platform import descriptor_hash, load_all, load_descriptor, matrix_markdown, matrix_row
+from torch_fl.conformance import recordfile
+from torch_fl.conformance.recordfile import identity
+from torch_fl.platform import load_all, load_descriptor, matrix_markdown, matrix_row
 from torch_fl.platform.discovery import discover, shipped_root
 from torch_fl.platform.matrix import COLUMNS
 from torch_fl.platform.record import record_path
@@ -15,14 +16,12 @@ def with_record(tmp_path: Path, name: str, torch: str, hash_ok: bool = True, cas
     folder = tmp_path / name
     if not folder.exists():
         shutil.copytree(shipped_root() / name, folder)
-    descriptor = load_descriptor(folder)
-    data = {"format": 1, "platform": name, "descriptor_hash": descriptor_hash(descriptor) if hash_ok else "sha256:0",
-            "torch": torch, "torch_version": f"{torch}.0", "kernel_libraries": {}, "started": "2026-10-01T00:00:00Z",
-            "finished": "2026-10-01T01:00:00Z", "complete": True, "machine": {}, "summary": {},
-            "cases": cases or []}
-    path = record_path(folder, torch)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
+    header = identity(load_descriptor(folder))
+    header["binding"].update(torch=torch, torch_version=f"{torch}.0", kernel_libraries={})
+    if not hash_ok:
+        header["binding"]["descriptor_hash"] = "sha256:0"
+    header["started"] = "2026-10-01T00:00:00Z"
+    recordfile.write_cases(record_path(folder, torch), header, cases or [])
     return folder
 
 

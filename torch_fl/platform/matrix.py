@@ -10,7 +10,15 @@ from collections.abc import Mapping
 from dataclasses import astuple, dataclass
 
 from torch_fl.platform.descriptor import PlatformDescriptor
-from torch_fl.platform.record import STATUS_WORDS, RecordStatus, load_record, record_lines, record_status
+from torch_fl.platform.errors import RecordError
+from torch_fl.platform.record import (
+    STATUS_WORDS,
+    RecordStatus,
+    load_record_file,
+    record_lines,
+    record_path,
+    record_status,
+)
 
 COLUMNS = (
     "platform", "boards", "vendor", "backing", "status", "SDK", "distributed",
@@ -44,8 +52,11 @@ def _statuses(descriptor: PlatformDescriptor) -> list[RecordStatus]:
         return []
     statuses = []
     for line in record_lines(descriptor.directory):
-        record = load_record(descriptor.directory, line)
-        assert record is not None
+        try:
+            record = load_record_file(record_path(descriptor.directory, line))
+        except RecordError as exc:
+            statuses.append(RecordStatus("stale", [f"unreadable record: {exc}"], None, line))
+            continue
         statuses.append(record_status(descriptor, descriptor.directory, record.torch_version, record.kernel_libraries))
     return statuses
 
