@@ -100,7 +100,7 @@ class Controller:
         os.environ["FLAGOS_PLATFORM"] = name  # the workers inherit it and activate this platform
         descriptor = load_platform(name)
         made_here = recordfile.identity(descriptor)
-        self.record_file = _record_file(config, descriptor, made_here["torch"])
+        self.record_file = _record_file(config, descriptor, made_here["binding"]["torch"])
         self.journal_file = journal.journal_path(self.record_file)
         self.run_dir = journal.run_dir(self.record_file)
         workers = config.getoption("numprocesses", None) if distributed else 0

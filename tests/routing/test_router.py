@@ -127,3 +127,64 @@ def test_bucketed_route_asks_its_kernel_sets_only_when_called(fresh_routes, pair
     finally:
         fresh_routes.table.ops.pop(op)
         fresh_routes.refresh(op)
+
+
+@pytest.fixture
+def bucketed(fresh_routes):
+    """Install a tuned table entry for one op and take it out again."""
+    from torch_fl.routing.table import OpRoute
+
+    def install(op: str, route: OpRoute):
+        fresh_routes.table.ops[op] = route
+        fresh_routes.refresh(op)
+        added.append(op)
+        return fresh_routes
+
+    added: list[str] = []
+    yield install
+    for op in added:
+        fresh_routes.table.ops.pop(op)
+        fresh_routes.refresh(op)
+
+
+def test_calls_outside_every_bucket_never_enter_python(bucketed, pair):
+    """Only calls whose bucket chose another path reach the Python route kernel; the rest run the
+    native route in C++ (a Python kernel costs every call of its op otherwise)."""
+    from torch_fl.routing.table import Bucket, OpRoute
+    from torch_fl.runtime import core
+
+    op = "aten::sub.Tensor"
+    r = bucketed(op, OpRoute(candidates=["native", "cpu"], buckets=[Bucket(max_numel=64, dtype="float32", choice="cpu")]))
+    a, b, x, y = pair  # 8 x 8 float32: in the bucket
+    big = torch.randn(16, 16)
+    assert torch.equal((x - y).cpu(), a - b)
+    assert torch.equal((big.to("flagos") - big.to("flagos")).cpu(), big - big)  # above the bucket
+    assert torch.equal((x.double() - y.double()).cpu(), a.double() - b.double())  # another dtype
+    assert dict(r.counts) == {(op, "cpu"): 1}
+    assert core().route_counts()[op][0] >= 2  # served by the C++ native route
+
+
+def test_a_composite_op_outside_its_buckets_runs_the_composite(bucketed):
+    from torch_fl.routing.table import Bucket, OpRoute
+
+    op = "aten::zeros_like"
+    r = bucketed(op, OpRoute(candidates=["native", "cpu"], buckets=[Bucket(max_numel=16, choice="cpu")]))
+    small, large = torch.ones(4, device="flagos"), torch.ones(2, 50, device="flagos").t()
+    assert torch.equal(torch.zeros_like(small).cpu(), torch.zeros(4))
+    out = torch.zeros_like(large)
+    assert out.device.type == "flagos" and out.stride() == large.stride() and not out.cpu().any()
+    assert dict(r.counts) == {(op, "cpu"): 1}
+
+
+def test_bucket_spans_start_above_the_buckets_they_share_calls_with():
+    from torch_fl.routing.runtime import bucket_spans
+    from torch_fl.routing.table import Bucket, OpRoute
+
+    route = OpRoute(candidates=["native", "flaggems"], buckets=[
+        Bucket(max_numel=100, dtype="bfloat16", choice="native"),
+        Bucket(max_numel=1000, dtype="bfloat16", choice="flaggems"),
+        Bucket(max_numel=50, choice="native"),
+        Bucket(max_numel=5000, choice="flaggems"),
+        Bucket(max_numel=500, dtype="float32", choice="flaggems"),  # shadowed by the any-dtype bucket above it
+    ])
+    assert bucket_spans(route) == [(torch.bfloat16, 101, 1000), (None, 51, 5000)]

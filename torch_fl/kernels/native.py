@@ -40,6 +40,10 @@ class NativeKernels:
             has, name = torch._C._dispatch_has_kernel_for_dispatch_key, op_name(op)
             self._composite[op] = not has(name, "PrivateUse1") and has(name, "CompositeExplicitAutograd")
 
+    def serves_composite(self, op: torch._ops.OpOverload) -> bool:
+        """Whether PyTorch's composite, not the backing's kernel, serves `op` without a route kernel."""
+        return self._composite.get(op, False)
+
     def call(self, op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._composite.get(op, False):
             return op.redispatch(_COMPOSITE, *args, **kwargs)

@@ -24,7 +24,7 @@ from torch_fl.kernels.base import KernelSet, resolve
 from torch_fl.kernels.registry import build_kernel_sets
 from torch_fl.routing import overrides, table as route_table
 from torch_fl.routing.constraints import refusal
-from torch_fl.routing.gatekey import key_function
+from torch_fl.routing.gatekey import key_function, size_class_bounds
 from torch_fl.routing.table import OpRoute, RouteTable
 
 env.register("FLAGOS_STRICT", "0", "Set to 1 to make a failing route raise instead of falling back to the next candidate.")
@@ -49,6 +49,37 @@ class OpPlan:
 class _Installed:
     library: torch.library.Library
     per_key: dict[str, list[str]] = field(default_factory=dict)
+    filter: Any = None  # the C++ route filter's handle: dropping it removes the filter
+
+
+Span = tuple[Optional[torch.dtype], int, int]
+
+
+def size_span(key: str) -> tuple[int, int]:
+    """(min, max or -1) numel of a gate key's size class."""
+    low, high = size_class_bounds(key.rsplit("@", 1)[-1])
+    return low, -1 if high is None else high
+
+
+def bucket_spans(route: OpRoute) -> list[Span]:
+    """The numel ranges, per dtype, whose tuned bucket chose a path other than native.
+
+    A call takes the first bucket of its dtype (or of any dtype) that it fits in, so a bucket
+    starts above the earlier buckets it shares calls with. For an any-dtype bucket only the
+    earlier any-dtype ones count: the span may cover more than the bucket, never less (the Python
+    kernel picks the bucket exactly).
+    """
+    spans: list[Span] = []
+    for i, bucket in enumerate(route.buckets):
+        earlier = [b.max_numel for b in route.buckets[:i] if b.dtype is None or b.dtype == bucket.dtype]
+        low = max(earlier, default=-1) + 1
+        if bucket.choice != "native" and bucket.max_numel >= low:
+            spans.append((getattr(torch, bucket.dtype) if bucket.dtype else None, low, bucket.max_numel))
+    return spans
+
+
+def _merged(spans: list[Span]) -> list[Span]:
+    return sorted(set(spans), key=lambda s: (str(s[0]), s[1]))
 
 
 KeyListener = Callable[[str, str], None]
@@ -111,15 +142,27 @@ class Router:
                 out.append(path)
         return out
 
-    def needs_python(self, plan: OpPlan) -> bool:
-        if plan.python or (plan.route and plan.route.buckets):
-            # buckets are chosen per call; asking nothing more here keeps a kernel library such as
-            # FlagGems (seconds to import) out of activation until a call needs it
-            return True
-        if all(p == "native" for p in plan.candidates[:1]):
-            # native first: Python only matters if native could be skipped, which it cannot.
-            return False
-        return self.paths_for(plan, None)[:1] not in ([], ["native"])
+    def python_spans(self, plan: OpPlan) -> Optional[list[Span]]:
+        """Which calls of `plan.op` may take a path other than native, as (dtype or None, min numel,
+        max numel or -1) spans of the C++ route filter: None for every call, [] for none (no Python
+        kernel at all). Calls outside the spans never enter Python."""
+        if plan.python or plan.bypass_gate:
+            return None
+        spans: list[Span] = []
+        if plan.route is not None:
+            # buckets are chosen per call; reading them asks no kernel library, so FlagGems
+            # (seconds to import) stays out of activation until a call needs it
+            spans += bucket_spans(plan.route)
+        if plan.candidates[:1] != ["native"]:
+            for path in plan.candidates:
+                if path == "native":
+                    break
+                if path not in self.paths_for(OpPlan(plan.op, [path], plan.source), None):
+                    continue
+                if path in C_PATHS or self.gate.forced:
+                    return None
+                spans += [(None, *size_span(key)) for key in sorted(self.gate.proven_keys(plan.op, path))]
+        return spans
 
     # ---- installing kernels
     def install_all(self) -> None:
@@ -134,18 +177,24 @@ class Router:
             current = self.installed.pop(op, None)
             if current is not None:
                 current.library._destroy()
-            if not self.needs_python(plan):
+            spans = self.python_spans(plan)
+            if spans == []:
                 return
             try:
                 overload = resolve(op)
             except AttributeError:
                 return  # an op this torch does not have (validated at load for descriptor entries)
-            self.kernel_sets["native"].before_python_route(overload)
+            native = self.kernel_sets["native"]
+            native.before_python_route(overload)
             library = torch.library.Library(overload._schema.name.split("::")[0], "IMPL")
             installed = _Installed(library)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # replacing PyTorch's own PrivateUse1 kernel is the point
-                library.impl(overload, self._kernel(op, overload, installed), "PrivateUse1")
+                library.impl(overload, self._kernel(op, overload, installed), "PrivateUse1" if spans is None else "PrivateUse2")
+            if spans is not None:
+                from torch_fl.runtime import core
+
+                installed.filter = core().install_route_filter(op, _merged(spans), native.serves_composite(overload))
             self.installed[op] = installed
 
     def _kernel(self, op: str, overload: torch._ops.OpOverload, installed: _Installed) -> Callable[..., Any]:

@@ -9,7 +9,13 @@
 #include <c10/core/Device.h>
 #include <c10/core/DispatchKey.h>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace torch_fl {
 
@@ -57,7 +63,7 @@ void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
 c10::Allocator* pinned_host_allocator();
 bool is_pinned_host_ptr(const void* p);
 
-// ---- generators (generator.cpp)
+// ---- generators (hooks.cpp)
 const at::Generator& default_generator(c10::DeviceIndex index);
 at::Generator new_generator(c10::DeviceIndex index);
 // The backing generator a flagos generator drives (same object, same state).
@@ -81,5 +87,23 @@ void reset_route_counts();
 // Forces the explicit CPU route for one op ("aten::name.overload"), or clears it.
 void set_cpu_route(const std::string& op, bool on);
 void set_log_cpu_fallback(bool on);
+// The native route itself: the backing's kernel on aliases (or the cpu route where it has none).
+void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// ---- route filters (route_filter.cpp)
+struct RouteSpan {
+  std::optional<c10::ScalarType> dtype;  // of the first tensor argument; none: any
+  int64_t min_numel = 0;
+  int64_t max_numel = -1;  // of the largest tensor argument; < 0: no bound
+};
+struct RouteFilterHandle {
+  explicit RouteFilterHandle(c10::RegistrationHandleRAII r) : registration(std::move(r)) {}
+  c10::RegistrationHandleRAII registration;
+};
+// Puts a filter in front of `op` ("aten::name.overload"): calls in `spans` go to its Python route
+// kernel (registered on PrivateUse2), the others to the native route, or to PyTorch's composite
+// when `composite` (what serves the op on flagos without a route kernel).
+std::shared_ptr<RouteFilterHandle> install_route_filter(const std::string& op, const std::vector<RouteSpan>& spans,
+                                                        bool composite);
 
 }  // namespace torch_fl

@@ -280,6 +280,8 @@ struct HostArguments {
   c10::IValue device(c10::Device) { return c10::Device(at::kCPU); }
 };
 
+}  // namespace
+
 void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = info_for(op);
   if (!info.backing_has_kernel || info.force_cpu.load(std::memory_order_relaxed)) return cpu_route(op, stack, info);
@@ -316,6 +318,8 @@ void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   map_results(op, stack, args.swaps, args.index >= 0 ? args.index : current_index());
 }
+
+namespace {
 
 void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& info) {
   info.cpu_calls.fetch_add(1, std::memory_order_relaxed);

@@ -1,6 +1,7 @@
 // Python bindings of the flagos core (torch_fl.runtime._C).
 #include "backing.h"
 
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
@@ -74,4 +75,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reset_route_counts", &reset_route_counts);
   m.def("set_cpu_route", &set_cpu_route, py::arg("op"), py::arg("on"));
   m.def("set_log_cpu_fallback", &set_log_cpu_fallback);
+  py::class_<RouteFilterHandle, std::shared_ptr<RouteFilterHandle>>(m, "RouteFilterHandle");
+  m.def(
+      "install_route_filter",
+      [](const std::string& op, const py::list& spans, bool composite) {
+        std::vector<RouteSpan> converted;
+        for (const auto& item : spans) {
+          auto span = item.cast<py::tuple>();  // (torch.dtype or None, min numel, max numel or -1)
+          RouteSpan s;
+          if (!span[0].is_none()) {
+            TORCH_CHECK(THPDtype_Check(span[0].ptr()), "route filter span: expected a torch.dtype or None");
+            s.dtype = reinterpret_cast<THPDtype*>(span[0].ptr())->scalar_type;
+          }
+          s.min_numel = span[1].cast<int64_t>();
+          s.max_numel = span[2].cast<int64_t>();
+          converted.push_back(s);
+        }
+        return install_route_filter(op, converted, composite);
+      },
+      py::arg("op"), py::arg("spans"), py::arg("composite"),
+      "put a C++ filter in front of an op: calls in `spans` reach its PrivateUse2 Python kernel");
 }
