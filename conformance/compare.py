@@ -143,7 +143,9 @@ def compare_metadata(actual: torch.Tensor, expected: torch.Tensor, check_strides
 
 def storage_key(t: torch.Tensor) -> tuple[int, int] | None:
     """(start, end) of the bytes a tensor's storage spans; None for tensors without storage."""
-    if t.layout != torch.strided:
+    # A ZeroTensor (autograd's zero gradient) has a storage without bytes whose pointer PyTorch
+    # refuses to show on any device.
+    if t.layout != torch.strided or t._is_zerotensor():
         return None
     try:
         storage = t.untyped_storage()

@@ -122,7 +122,10 @@ void note_device(c10::DeviceIndex& seen, const at::Tensor& t) {
   }
 }
 
-// After the call: a write argument whose alias was resized or restrided hands that back.
+// After the call: a write argument whose alias was resized, restrided or relabelled hands that
+// back. Invariant: the flagos argument ends up as the backing kernel left its alias, storage,
+// geometry and the lazy conjugate/negative bits alike (linalg_lu_solve with left=False marks its
+// out= as a conjugate view instead of conjugating the bytes).
 void write_back(Swap& s) {
   c10::StorageImpl* alias_si = s.alias_storage;
   c10::TensorImpl* orig = s.original.unsafeGetTensorImpl();
@@ -144,6 +147,8 @@ void write_back(Swap& s) {
       alias->storage_offset() != orig->storage_offset()) {
     orig->set_sizes_and_strides(alias->sizes(), alias->strides(), alias->storage_offset());
   }
+  if (alias->is_conj() != orig->is_conj()) orig->_set_conj(alias->is_conj());
+  if (alias->is_neg() != orig->is_neg()) orig->_set_neg(alias->is_neg());
 }
 
 at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index) {

@@ -102,6 +102,24 @@ at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage source, c10:
                                       C10_AS_INTARRAYREF_SLOW(stride));
 }
 
+// PyTorch's rule (TensorImpl::has_compatible_shallow_copy_type) lists the dense backends it knows
+// and leaves PrivateUse1 to the device. A dense flagos tensor is a plain TensorImpl over a plain
+// storage, as a dense CPU or CUDA one is, so `param.data = moved` may cross between them; that is
+// what lets Module._apply move a Parameter in place (keeping tied parameters one object) and what
+// `set_data` checks. Invariant: compatible exactly when PyTorch says so, or when both tensors are
+// dense on flagos or on a backend PyTorch counts as dense.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set())) return true;
+  const c10::DispatchKeySet dense_backends({c10::BackendComponent::PrivateUse1Bit, c10::BackendComponent::CPUBit,
+                                            c10::BackendComponent::CUDABit, c10::BackendComponent::MPSBit,
+                                            c10::BackendComponent::HIPBit, c10::BackendComponent::XPUBit,
+                                            c10::BackendComponent::HPUBit, c10::BackendComponent::MTIABit});
+  auto dense = [&](c10::DispatchKeySet ks) {
+    return ks.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) && ks.has_any(dense_backends);
+  };
+  return dense(self.key_set()) && dense(from.key_set());
+}
+
 void record_stream(at::Tensor& self, c10::Stream stream) {
   c10::impl::getDeviceGuardImpl(kFlagos)->recordDataPtrOnStream(self.storage().data_ptr(), stream);
 }
@@ -240,6 +258,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", set_source_storage);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("record_stream", record_stream);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("convolution_overrideable", convolution);
   m.impl("convolution_backward_overrideable", convolution_backward);
 }
