@@ -92,6 +92,10 @@ class ZooSide:
         else:
             self.device = self.backing = "cpu" if host else "cuda"
         self.side, self.variant, self.size = side, variant, "host" if host else "board"
+        if host:
+            # One intra-op thread on every side: on a shared few-core host, a side whose kernels run
+            # multi-threaded waits on busy cores at every parallel region, and its times say nothing.
+            torch.set_num_threads(1)
         self.zoo = zoo_module()
         self.bf16 = self.backing != "cpu"
         self.sync, _, self.peak, self.reset_peak = device_api(self.device)
@@ -237,8 +241,8 @@ class Run:
         self.args, self.scratch = args, scratch
         (scratch / "routes.yaml").write_text(EMPTY_TABLE)
         self.labels = ["plain", *(f"flagos {v}" for v in args.variants)]
-        self.handles = {label: self.start(label) for label in self.labels}
-        failed = {label: h.failed for label, h in self.handles.items() if h.ready is None}
+        self.handles = {label: self.start(label) for label in self.labels}  # they start concurrently
+        failed = {label: h.failed for label, h in self.handles.items() if h.wait() is None}
         if failed:
             sys.exit(f"a side failed to start: {failed}")
         self.info = {label: h.ready for label, h in self.handles.items()}
@@ -249,7 +253,7 @@ class Run:
         command += ["--host"] if self.args.host else []
         platform = "host_ref" if self.args.host else None
         env = side_env(side, variant or "tuned", self.scratch / "routes.yaml", platform)
-        return Side(command, env, self.scratch / f"{label.replace(' ', '-')}.log")
+        return Side(command, env, self.scratch / f"{label.replace(' ', '-')}.log", wait=False)
 
     def case(self, model: str, mode: str, decode_batch: int) -> dict:
         """One case on every side: build everywhere, interleave the timed rounds, collect."""
@@ -257,6 +261,7 @@ class Run:
         for label, handle in self.handles.items():
             if handle.failed is not None:  # a side that died in an earlier case starts afresh
                 self.handles[label] = self.start(label)
+                self.handles[label].wait()
         for handle in self.handles.values():
             handle.send("build", model=model, mode=mode, scale=a.scale, warmup=a.warmup, new_tokens=a.new_tokens,
                         decode_batch=decode_batch)
@@ -332,14 +337,36 @@ def row(c: dict, variants: list[str]) -> str:
         f"  {cell:>34s}" for cell in cells)
 
 
-def table(cases: list[dict], variants: list[str], header: str) -> str:
-    lines = [header, f"{'model':10s}{'mode':11s}{'params':>9s}  {'shape':16s}{'plain':>14s}"
-             + "".join(f"  {'flagos ' + v:>34s}" for v in variants)]
-    lines += [row(c, variants) for c in cases]
-    lines.append("flagos columns: throughput against plain (plain time / flagos time; above 1: flagos faster), "
-                 "then the agreement check")
+def columns(variants: list[str]) -> str:
+    return f"{'model':10s}{'mode':11s}{'params':>9s}  {'shape':16s}{'plain':>14s}" + "".join(
+        f"  {'flagos ' + v:>34s}" for v in variants)
+
+
+def closing(cases: list[dict]) -> str:
+    """What follows the rows: how to read them, and every failure in full."""
+    lines = ["flagos columns: throughput against plain (plain time / flagos time; above 1: flagos faster), "
+             "then the agreement check"]
     lines += [f"FAILED {c['model']} {c['mode']} on {label}: {why}" for c in cases for label, why in c["failed"].items()]
     return "\n".join(lines)
+
+
+def header(args: argparse.Namespace, info: dict[str, dict]) -> str:
+    plain, flagos = info["plain"], next(v for k, v in info.items() if k != "plain")
+    return (f"model zoo: {'host sizes, fp32' if args.host else 'board sizes, bf16'}, backing {plain['backing']}, "
+            f"platform {flagos.get('platform')}, torch {plain['torch']}, transformers {plain['transformers']}; "
+            f"medians of {args.rounds} interleaved rounds ({args.steps} runs each; decode: 1 generate of "
+            f"{args.new_tokens} tokens per round)")
+
+
+def save(args: argparse.Namespace, info: dict[str, dict], cases: list[dict], profiles: dict[str, dict]) -> bool:
+    """Write --json and --profile (after every case: a run cut short keeps what it measured); whether
+    every case agrees."""
+    all_agree = all(r["agree"] for c in cases for r in c["flagos"].values()) and not any(c["failed"] for c in cases)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"info": info, "cases": cases, "all_agree": all_agree}, indent=1) + "\n")
+    if args.profile:
+        Path(args.profile).write_text(json.dumps(profiles, indent=1) + "\n")
+    return all_agree
 
 
 def main() -> None:
@@ -377,36 +404,27 @@ def main() -> None:
     if unknown:
         sys.exit(f"unknown model, mode or variant: {', '.join(unknown)}")
 
-    cases = []
+    cases: list[dict] = []
+    profiles: dict[str, dict] = {}
+    all_agree = True
     with tempfile.TemporaryDirectory() as folder:
         run = Run(args, Path(folder))
+        print(header(args, run.info), columns(args.variants), sep="\n", flush=True)
         try:
             for model in models:
                 for mode in modes:
-                    batches = [1] if mode != "decode" else [int(b) for b in args.decode_batch.split(",")]
                     if mode == "decode" and not zoo.ARCHS[model].generates:
                         continue
-                    for decode_batch in batches:
+                    for decode_batch in [int(b) for b in args.decode_batch.split(",")] if mode == "decode" else [1]:
                         cases.append(run.case(model, mode, decode_batch))
-                        print(row(cases[-1], args.variants), flush=True)
+                        c = cases[-1]
+                        profiles[f"{model} {c['mode']}"] = {k: s.pop("profile", None) for k, s in c["sides"].items()}
+                        print(row(c, args.variants), flush=True)
+                        all_agree = save(args, run.info, cases, profiles)
         finally:
             run.close()
-    info = run.info
-    flagos = next(v for k, v in info.items() if k != "plain")
-    header = (f"model zoo: {'host sizes, fp32' if args.host else 'board sizes, bf16'}, backing {info['plain']['backing']}, "
-              f"platform {flagos.get('platform')}, torch {info['plain']['torch']}, transformers "
-              f"{info['plain']['transformers']}; medians of {args.rounds} interleaved rounds "
-              f"({args.steps} runs each; decode: 1 generate of {args.new_tokens} tokens)")
-    print(table(cases, args.variants, header))
-    all_agree = all(r["agree"] for c in cases for r in c["flagos"].values()) and not any(c["failed"] for c in cases)
-    if args.profile:
-        profiles = {f"{c['model']} {c['mode']}": {k: s.pop("profile", None) for k, s in c["sides"].items()}
-                    for c in cases}
-        Path(args.profile).write_text(json.dumps(profiles, indent=1) + "\n")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"info": info, "cases": cases, "all_agree": all_agree}, indent=1) + "\n")
+    print(closing(cases))
     sys.exit(0 if all_agree else 1)
-
 
 if __name__ == "__main__":
     main()

@@ -80,18 +80,25 @@ def side_env(side: str, variant: str, table: Path, platform: str | None = None) 
 
 
 class Side:
-    """The parent's handle on one side's process, once it is ready (its first reply, `ready`; None
-    if it failed). A side whose process dies (a kernel that faults the device, say) is marked
-    failed; the others go on."""
+    """The parent's handle on one side's process. Its first reply says it is ready (`ready`; None if
+    it failed): awaited here, or with `wait()` where sides start concurrently. A side whose process
+    dies (a kernel that faults the device, say) is marked failed; the others go on."""
 
-    def __init__(self, command: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(self, command: list[str], env: dict[str, str], log: Path, wait: bool = True) -> None:
         self.log = log
         self.failed: str | None = None
+        self.ready: dict | None = None
         with open(log, "w") as out:  # a file, not a pipe: a chatty side never blocks
             self.proc = subprocess.Popen(
                 command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out, text=True
             )
+        if wait:
+            self.wait()
+
+    def wait(self) -> dict | None:
+        """Await the side's first reply (it is ready)."""
         self.ready = self.receive()
+        return self.ready
 
     def send(self, command: str, **arguments: object) -> None:
         """Send `command` with `arguments`; its reply comes with `receive()`."""
