@@ -156,7 +156,10 @@ class ZooSide:
         return {
             "ready": True, "warmup_s": round(time.perf_counter() - started, 2), "batch": shape.batch,
             "seq": shape.seq, "prompt": shape.prompt, "work_per_run": work,
-            "parameters": sum(p.numel() for p in {id(p): p for p in cpu.parameters()}.values()),
+            "parameters": sum(p.numel() for p in cpu.parameters()),
+            # Module.parameters() lists a shared parameter once: more here than on the CPU means the
+            # move to the device gave modules their own copies
+            "parameter_tensors": len(list(net.parameters())), "cpu_parameter_tensors": len(list(cpu.parameters())),
         }
 
     def round(self, runs: int) -> dict:
@@ -167,7 +170,7 @@ class ZooSide:
         outputs = [self.run() for _ in range(runs)]
         self.sync()
         self.rounds.append((time.perf_counter() - start) / runs * 1e3)
-        if self.mode != "decode":  # decode is checked on its first tokens; every run makes the same
+        if self.mode != "decode":  # decode is checked on the tokens of its warm-up run
             self.checks += [x.tolist() for x in outputs]
         return {"ms": self.rounds[-1]}
 
@@ -267,6 +270,7 @@ class Run:
                         decode_batch=decode_batch)
         replies = {label: handle.receive() for label, handle in self.handles.items()}
         built = {label: r for label, r in replies.items() if r is not None and "error" not in r}
+        shape = next(iter(built.values()), {})
         errors = {label: (r or {}).get("error") or self.handles[label].failed for label, r in replies.items()
                   if label not in built}
         runs = 1 if mode == "decode" else a.steps
@@ -281,8 +285,8 @@ class Run:
         for label, result in results.items():
             if result is None or "error" in result:
                 errors[label] = (result or {}).get("error") or self.handles[label].failed
-        results = {label: r for label, r in results.items() if label not in errors}
-        shape = next(iter(built.values()), {})
+        results = {label: {**r, "parameter_tensors": built[label]["parameter_tensors"]} for label, r in results.items()
+                   if label not in errors}
         case = {"model": model, "mode": mode if mode != "decode" else f"decode-b{decode_batch}", "shape": shape,
                 "sides": results, "failed": errors, "flagos": {}}
         plain = results.get("plain")
@@ -291,6 +295,8 @@ class Run:
             if mine is None or plain is None:
                 continue
             ok, how = compare(mine, plain, mode, exact=a.host, warmup=a.warmup)
+            untied = mine["parameter_tensors"] - shape["cpu_parameter_tensors"]
+            how += f" ({untied} shared parameters untied by the move)" if untied else ""
             case["flagos"][variant] = {"ratio": round(plain["ms_per_run"] / mine["ms_per_run"], 4), "agree": ok,
                                        "how": how}
         return case

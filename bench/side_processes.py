@@ -139,7 +139,9 @@ class Side:
         self.proc.wait()
 
 
-def device_api(device: str) -> tuple[Callable[[], None], Callable[..., object] | None, Callable[[], int], Callable[[], None]]:
+def device_api(
+    device: str,
+) -> tuple[Callable[[], None], Callable[..., object] | None, Callable[[], int], Callable[[], None]]:
     """(synchronize, Event factory or None, peak memory, reset peak) for `device`."""
     if device == "cpu":
         return (lambda: None), None, (lambda: -1), (lambda: None)

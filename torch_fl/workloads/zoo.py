@@ -242,7 +242,7 @@ class DiT(nn.Module):
         half = self.freqs // 2
         freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=latents.device) / half)
         angles = timesteps.float()[:, None] * freqs[None]
-        c = self.time(torch.cat([angles.cos(), angles.sin()], dim=-1)) + self.label(class_labels)
+        c = self.time(torch.cat([angles.cos(), angles.sin()], dim=-1).to(latents.dtype)) + self.label(class_labels)
         for block in self.blocks:
             x = block(x, c)
         shift, scale = self.final_modulation(c).unsqueeze(1).chunk(2, dim=-1)
@@ -284,8 +284,8 @@ ARCHS = {
              _causal_inputs, _hf_loss, {"board": Shape(4, 1024, prompt=128), "host": Shape(2, 16, prompt=8)}),
         Arch("bert", "BERT-base encoder, masked-LM head (transformers BERT)", bert, _masked_inputs, _hf_loss,
              {"board": Shape(16, 512), "host": Shape(2, 16)}),
-        Arch("t5", "T5 v1.1 base encoder-decoder, relative position bias, eager attention (transformers T5)", t5, _seq2seq_inputs,
-             _hf_loss, {"board": Shape(8, 128, prompt=128), "host": Shape(2, 8, prompt=8)}),
+        Arch("t5", "T5 v1.1 base encoder-decoder, relative position bias, eager attention (transformers T5)", t5,
+             _seq2seq_inputs, _hf_loss, {"board": Shape(8, 128, prompt=128), "host": Shape(2, 8, prompt=8)}),
         Arch("vit", "ViT-B/16 image classifier (transformers ViT)", vit, _image_inputs, _hf_loss,
              {"board": Shape(64, 224), "host": Shape(2, 16)}),
         Arch("resnet50", "ResNet-50, BatchNorm (torchvision; transformers' ResNet where torchvision does not load)",
