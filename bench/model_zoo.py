@@ -296,7 +296,7 @@ class Run:
                 continue
             ok, how = compare(mine, plain, mode, exact=a.host, warmup=a.warmup)
             untied = mine["parameter_tensors"] - shape["cpu_parameter_tensors"]
-            how += f" ({untied} shared parameters untied by the move)" if untied else ""
+            how += f" ({untied} untied)" if untied else ""
             case["flagos"][variant] = {"ratio": round(plain["ms_per_run"] / mine["ms_per_run"], 4), "agree": ok,
                                        "how": how}
         return case
