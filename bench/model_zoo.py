@@ -229,12 +229,15 @@ def compare(flagos: dict, plain: dict, mode: str, exact: bool, warmup: int) -> t
         if a == b:
             return True, "tokens equal"
         rows = [next((i for i, (x, y) in enumerate(zip(ra, rb)) if x != y), None) for ra, rb in zip(a[0], b[0])]
-        first = min(i for i in rows if i is not None)
+        first = min((i for i in rows if i is not None), default=0)
         return False, f"tokens differ from token {first} of {len(a[0][0])}"
     if exact:
         return a == b, "losses bitwise equal" if a == b else "losses differ"
-    ok, worst = agreement(a, b, BF16_RTOL, warmup if mode == "train" else None)
-    return ok, f"losses within {worst:.1e}"
+    # bf16 training amplifies rounding from step to step: the first steps are judged (train_step.py)
+    judged = warmup if mode == "train" else len(b)
+    ok, worst = agreement(a[:judged], b[:judged], BF16_RTOL)
+    what = f"first {judged} losses" if mode == "train" else "losses"
+    return ok and len(a) == len(b), f"{what} within {worst:.1e}"
 
 
 class Run:

@@ -145,7 +145,8 @@ def bert(size: str) -> nn.Module:
 def t5(size: str) -> nn.Module:
     from transformers import T5Config, T5ForConditionalGeneration
 
-    # board: T5 v1.1 base (gated GELU, untied head; ~250 M parameters), 12 + 12 layers
+    # board: T5 v1.1 base (gated GELU, untied head; ~220 M parameters), 12 + 12 layers; the encoder reads
+    # 4 x seq tokens
     dims = _pick(size, dict(d_model=768, d_ff=2048, num_layers=12, num_heads=12, vocab_size=32128),
                  dict(d_model=32, d_ff=64, num_layers=2, num_heads=4, vocab_size=128))
     # Eager attention: T5's relative-position bias enters SDPA as a trainable mask, and PyTorch's CPU
