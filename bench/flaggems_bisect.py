@@ -35,7 +35,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_step import LOSS_RTOL, MARK, ROOT, workload  # noqa: E402
+from side_processes import MARK  # noqa: E402
+from train_step import LOSS_RTOL, ROOT, workload  # noqa: E402
 
 GEMMS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 

@@ -36,44 +36,28 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the helpers beside this script, however it is started
+from side_processes import (  # noqa: E402
+    EMPTY_TABLE, VARIANTS, Side, Variant, agreement, calls_by_path, device_api, fmt, mib, profile, reply, serve,
+    side_env,
+)
+
+ROOT = HERE.parent
 DEFAULT_CONFIG = {"cpu": "tiny", "cuda": "large"}
 DEFAULT_VARIANTS = {"cpu": "native-only", "cuda": "native-only,flaggems-first,tuned,compiled"}
 LOSSES_SHOWN = 6
 # Relative agreement required between the per-step losses of a flagos side and its plain reference.
 LOSS_RTOL = {"cpu": 1e-4, "cuda": 2e-2}
-# A route table with no entries: with FLAGOS_ROUTE_DEFAULTS it puts every op on the same paths.
-EMPTY_TABLE = "format: 1\nops: {}\n"
-
-
-@dataclass(frozen=True)
-class Variant:
-    compiled: bool = False
-    defaults: str | None = None  # FLAGOS_ROUTE_DEFAULTS over an empty table; None keeps routes.yaml
-    env: dict[str, str] = field(default_factory=dict)
-    flag_gems: bool = False  # plain sides: flag_gems.enable(), every op FlagGems has on FlagGems
-
-
-VARIANTS = {
-    "native-only": Variant(defaults="native"),
-    "flaggems-first": Variant(defaults="flaggems,native"),
-    "tuned": Variant(),
-    "compiled": Variant(compiled=True),
-}
 # "flaggems" is how the seed release runs: plain CUDA with every FlagGems kernel registered. It runs
 # next to flagos' flaggems-first so that a FlagGems defect is told from a flagos one.
 PLAIN = {"eager": Variant(), "compiled": Variant(compiled=True), "flaggems": Variant(flag_gems=True)}
@@ -89,43 +73,6 @@ def workload() -> ModuleType:
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
-
-
-def device_api(device: str) -> tuple[Callable[[], None], Callable[..., object] | None, Callable[[], int], Callable[[], None]]:
-    """(synchronize, Event factory or None, peak memory, reset peak) for `device`."""
-    if device == "cpu":
-        return (lambda: None), None, (lambda: -1), (lambda: None)
-    module = torch.cuda if device == "cuda" else getattr(torch, device)
-    return module.synchronize, module.Event, module.max_memory_allocated, module.reset_peak_memory_stats
-
-
-def calls_by_path(step: Callable[[], torch.Tensor]) -> dict[str, int]:
-    """How many op calls of one step each route path served."""
-    from torch_fl import routing
-
-    routing.reset_stats()
-    step()
-    counts: Counter[str] = Counter()
-    for row in routing.stats():
-        counts[row.path] += row.calls
-    return dict(counts)
-
-
-def profile(step: Callable[[], torch.Tensor], sync: Callable[[], None], steps: int, top: int = 30) -> list[dict]:
-    """CPU-side time per op over `steps` steps: the top `top` by total host time."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-
-    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(steps):
-            step()
-        sync()
-    rows = [
-        {"op": e.key, "calls": e.count, "self_host_us": e.self_cpu_time_total, "total_host_us": e.cpu_time_total}
-        for e in prof.key_averages()
-    ]
-    rows.sort(key=lambda r: -r["total_host_us"])
-    return rows[:top]
 
 
 class SideRunner:
@@ -217,92 +164,15 @@ class SideRunner:
         return result
 
 
-# Protocol between the parent and a side's process: commands on stdin, one per line; replies on
-# stdout, each a line starting with this marker (anything else a library prints is ignored).
-MARK = "@@"
-
-
-def serve(side: str, variant: str, args: argparse.Namespace) -> None:
-    def reply(message: dict) -> None:
-        print(MARK + json.dumps(message), flush=True)
-
-    runner = SideRunner(side, variant, args)
-    reply({"ready": True, "backing": runner.backing})
-    for line in sys.stdin:
-        if line.strip() == "round":
-            reply({"ms": runner.round()})
-        elif line.strip() == "finish":
-            reply(runner.result())
-            return
-
-
-def side_env(side: str, variant: str, table: Path) -> dict[str, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if side == "plain":
-        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-        env.pop("FLAGOS_PLATFORM", None)
-        return env
-    spec = VARIANTS[variant]
-    if spec.defaults is not None:
-        env.update(FLAGOS_ROUTES=str(table), FLAGOS_ROUTE_DEFAULTS=spec.defaults)
-    return {**env, **spec.env}
-
-
-class Side:
-    """The parent's handle on one side's process. A side whose process dies (a kernel that faults
-    the device, say) is marked failed; the others go on."""
-
-    def __init__(self, side: str, variant: str, args: argparse.Namespace, device: str, scratch: Path) -> None:
-        command = [
-            sys.executable, __file__, "--child", f"{side}:{variant}", "--device", device, "--steps", str(args.steps),
-            "--warmup", str(args.warmup), "--profile-steps", str(args.profile_steps),
-        ]
-        command += ["--config", args.config] if args.config else []
-        command += ["--profile", "-"] if args.profile else []
-        self.log = scratch / f"{side}-{variant}.log"
-        self.failed: str | None = None
-        with open(self.log, "w") as log:  # a file, not a pipe: a chatty side never blocks
-            self.proc = subprocess.Popen(
-                command, env=side_env(side, variant, scratch / "routes.yaml"), stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=log, text=True,
-            )
-        self.ready = self.ask(None)
-
-    def ask(self, command: str | None) -> dict | None:
-        """Send `command` (None: nothing) and return the side's reply; None once it has failed."""
-        if self.failed is not None:
-            return None
-        try:
-            if command is not None:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write(command + "\n")
-                self.proc.stdin.flush()
-            assert self.proc.stdout is not None
-            for line in self.proc.stdout:
-                if line.startswith(MARK):
-                    return json.loads(line[len(MARK):])
-        except BrokenPipeError:
-            pass
-        code = self.proc.wait()
-        tail = " | ".join(self.log.read_text(errors="replace").strip().splitlines()[-4:])
-        self.failed = f"exit {code}: {tail[-600:]}"
-        return None
-
-
-def agreement(flagos: dict, plain: dict, rtol: float, steps: int | None = None) -> tuple[bool, float]:
-    """Do the per-step losses agree over the first `steps` steps (None: all), and the largest
-    relative difference over all steps."""
-    diffs = [abs(a - b) / max(abs(a), 1e-12) for a, b in zip(plain["losses"], flagos["losses"])]
-    judged = diffs if steps is None else diffs[:steps]
-    return len(flagos["losses"]) == len(plain["losses"]) and max(judged, default=0.0) <= rtol, max(diffs, default=0.0)
-
-
-def fmt(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def mib(value: int | None) -> str:
-    return "-" if value is None else f"{value / 2**20:.0f}"
+def start_side(side: str, variant: str, args: argparse.Namespace, device: str, scratch: Path) -> Side:
+    """A side's process, its workload built and warmed up."""
+    command = [
+        sys.executable, __file__, "--child", f"{side}:{variant}", "--device", device, "--steps", str(args.steps),
+        "--warmup", str(args.warmup), "--profile-steps", str(args.profile_steps),
+    ]
+    command += ["--config", args.config] if args.config else []
+    command += ["--profile", "-"] if args.profile else []
+    return Side(command, side_env(side, variant, scratch / "routes.yaml"), scratch / f"{side}-{variant}.log")
 
 
 def report(
@@ -332,7 +202,7 @@ def report(
             # just as much; the drifts are printed).
             exact = s["variant"] != "compiled" and s["backing"] == "cpu"
             steps = None if exact else judged_steps
-            ok, worst = agreement(s, reference, rtol, steps)
+            ok, worst = agreement(s["losses"], reference["losses"], rtol, steps)
             key = s["variant"] if s["side"] == "flagos" else label
             summary["ratios"][key] = round(value, 4)
             summary["losses_agree"][key] = ok
@@ -352,7 +222,7 @@ def report(
         + ", ".join(f"{v} {d:.2e}" for v, d in summary["worst_loss_rel_diff"].items())
     )
     if "plain compiled" in sides:
-        _, drift = agreement(sides["plain compiled"], sides["plain eager"], rtol)
+        _, drift = agreement(sides["plain compiled"]["losses"], sides["plain eager"]["losses"], rtol)
         lines.append(f"for scale, plain compiled against plain eager: largest relative difference {drift:.2e}")
     steps = min(LOSSES_SHOWN, len(first["losses"]))
     lines.append("first losses: " + "; ".join(
@@ -383,7 +253,9 @@ def main() -> None:
 
     if args.child:
         side, variant = args.child.split(":")
-        serve(side, variant, args)
+        runner = SideRunner(side, variant, args)
+        reply({"ready": True, "backing": runner.backing})
+        serve({"round": lambda: {"ms": runner.round()}, "finish": runner.result}, last="finish")
         return
 
     requested = args.variants.split(",") if args.variants else None
@@ -396,19 +268,19 @@ def main() -> None:
         # Each side is built and warmed up alone, one after the other; then the timed rounds
         # interleave (every side in turn), so that drifts of the machine touch every side alike.
         first = (requested or ["native-only"])[0]
-        handles = {f"flagos {first}": Side("flagos", first, args, "cpu", scratch)}  # it tells the backing
+        handles = {f"flagos {first}": start_side("flagos", first, args, "cpu", scratch)}  # it tells the backing
         ready = handles[f"flagos {first}"].ready
         if ready is None:
             sys.exit(f"flagos {first} failed: {handles[f'flagos {first}'].failed}")
         backing = ready["backing"]
         variants = requested or DEFAULT_VARIANTS[backing].split(",")
-        handles["plain eager"] = Side("plain", "eager", args, backing, scratch)
+        handles["plain eager"] = start_side("plain", "eager", args, backing, scratch)
         if "compiled" in variants:
-            handles["plain compiled"] = Side("plain", "compiled", args, backing, scratch)
+            handles["plain compiled"] = start_side("plain", "compiled", args, backing, scratch)
         if "flaggems-first" in variants and backing == "cuda":
-            handles["plain flaggems"] = Side("plain", "flaggems", args, backing, scratch)
+            handles["plain flaggems"] = start_side("plain", "flaggems", args, backing, scratch)
         for variant in [v for v in variants if v != first]:
-            handles[f"flagos {variant}"] = Side("flagos", variant, args, backing, scratch)
+            handles[f"flagos {variant}"] = start_side("flagos", variant, args, backing, scratch)
         for _ in range(args.rounds):
             for handle in handles.values():
                 handle.ask("round")

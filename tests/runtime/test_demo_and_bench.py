@@ -56,3 +56,26 @@ def test_train_step_bench(run_python, tmp_path):
     )
     profiles = json.loads(prof.read_text())
     assert all(0 < len(profiles[label]) <= 30 for label in sides)
+
+
+@pytest.mark.own_process
+@pytest.mark.slow
+def test_model_zoo_bench(run_python, tmp_path):
+    out = tmp_path / "zoo.json"
+    args = ["--host", "--models", "llama,resnet50", "--decode-batch", "2", "--new-tokens", "3", "--steps", "1",
+            "--rounds", "1", "--warmup", "2", "--json", str(out)]
+    result = run_python(script("bench/model_zoo.py", *args), env=PLATFORM)
+    assert "flagos tuned" in result.stdout and "flagos native-only" in result.stdout, result.stdout
+    summary = json.loads(out.read_text())
+    assert summary["all_agree"], result.stdout
+    cases = {(c["model"], c["mode"]): c for c in summary["cases"]}
+    assert set(cases) == {("llama", "train"), ("llama", "prefill"), ("llama", "decode-b2"), ("resnet50", "train"),
+                          ("resnet50", "prefill")}
+    for case in cases.values():
+        assert set(case["sides"]) == {"plain", "flagos tuned", "flagos native-only"} and not case["failed"]
+        plain = case["sides"]["plain"]["checks"]
+        for variant in ("tuned", "native-only"):
+            assert case["sides"][f"flagos {variant}"]["checks"] == plain  # bitwise on the host
+            assert case["flagos"][variant]["agree"] and case["flagos"][variant]["ratio"] > 0
+    assert len(cases[("llama", "train")]["sides"]["plain"]["checks"]) == 3  # 2 warm-up steps, 1 timed
+    assert len(cases[("llama", "decode-b2")]["sides"]["plain"]["checks"][0]) == 2  # 2 rows of 3 tokens

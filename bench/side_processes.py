@@ -1,0 +1,194 @@
+"""Sides as live processes: what the side-by-side benchmarks share.
+
+A *side* is one way of running a workload (plain on the backing device, or flagos with one route
+configuration), each in a process of its own, so that no route table, compiled graph or allocator
+state leaks from one side into another; the plain sides never import torch_fl (a process where
+flagos is registered cannot run autograd over plain CUDA tensors; see torch_fl.activation). The
+parent starts the sides, then drives them with commands on their stdin while they stay alive, so
+that timed rounds can interleave across sides and the machine's drifts touch them alike. A side
+whose process dies (a kernel that faults the device) is marked failed; the others go on.
+
+This module imports torch and the standard library only: plain sides import it too.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+# A route table with no entries: with FLAGOS_ROUTE_DEFAULTS it puts every op on the same paths.
+EMPTY_TABLE = "format: 1\nops: {}\n"
+# Protocol between the parent and a side's process: commands on stdin, one per line (a name, then
+# optional JSON keyword arguments); replies on stdout, each a line starting with this marker
+# (anything else a library prints is ignored).
+MARK = "@@"
+
+
+@dataclass(frozen=True)
+class Variant:
+    compiled: bool = False
+    defaults: str | None = None  # FLAGOS_ROUTE_DEFAULTS over an empty table; None keeps routes.yaml
+    env: dict[str, str] = field(default_factory=dict)
+    flag_gems: bool = False  # plain sides: flag_gems.enable(), every op FlagGems has on FlagGems
+
+
+VARIANTS = {
+    "native-only": Variant(defaults="native"),
+    "flaggems-first": Variant(defaults="flaggems,native"),
+    "tuned": Variant(),
+    "compiled": Variant(compiled=True),
+}
+
+
+def reply(message: dict) -> None:
+    """Send one reply to the parent."""
+    print(MARK + json.dumps(message), flush=True)
+
+
+def serve(commands: Mapping[str, Callable[..., dict]], last: str) -> None:
+    """Answer the parent's commands until `last` has been answered or stdin closes."""
+    for line in sys.stdin:
+        name, _, arguments = line.strip().partition(" ")
+        if name not in commands:
+            continue
+        reply(commands[name](**(json.loads(arguments) if arguments else {})))
+        if name == last:
+            return
+
+
+def side_env(side: str, variant: str, table: Path, platform: str | None = None) -> dict[str, str]:
+    """The environment of a side's process: a plain side without flagos, a flagos side with the
+    routes of `variant` (`table`: an empty route table) and, if given, FLAGOS_PLATFORM=`platform`."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if side == "plain":
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+        env.pop("FLAGOS_PLATFORM", None)
+        return env
+    if platform is not None:
+        env["FLAGOS_PLATFORM"] = platform
+    spec = VARIANTS[variant]
+    if spec.defaults is not None:
+        env.update(FLAGOS_ROUTES=str(table), FLAGOS_ROUTE_DEFAULTS=spec.defaults)
+    return {**env, **spec.env}
+
+
+class Side:
+    """The parent's handle on one side's process. Its first reply says it is ready (`ready`; None if
+    it failed): awaited here, or with `wait()` where sides start concurrently. A side whose process
+    dies (a kernel that faults the device, say) is marked failed; the others go on."""
+
+    def __init__(self, command: list[str], env: dict[str, str], log: Path, wait: bool = True) -> None:
+        self.log = log
+        self.failed: str | None = None
+        self.ready: dict | None = None
+        with open(log, "w") as out:  # a file, not a pipe: a chatty side never blocks
+            self.proc = subprocess.Popen(
+                command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=out, text=True
+            )
+        if wait:
+            self.wait()
+
+    def wait(self) -> dict | None:
+        """Await the side's first reply (it is ready)."""
+        self.ready = self.receive()
+        return self.ready
+
+    def send(self, command: str, **arguments: object) -> None:
+        """Send `command` with `arguments`; its reply comes with `receive()`."""
+        if self.failed is not None:
+            return
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(command + (" " + json.dumps(arguments) if arguments else "") + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the process is gone: receive() says why
+
+    def receive(self) -> dict | None:
+        """The side's next reply; None once it has failed."""
+        if self.failed is not None:
+            return None
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(MARK):
+                return json.loads(line[len(MARK):])
+        code = self.proc.wait()
+        tail = " | ".join(self.log.read_text(errors="replace").strip().splitlines()[-4:])
+        self.failed = f"exit {code}: {tail[-600:]}"
+        return None
+
+    def ask(self, command: str, **arguments: object) -> dict | None:
+        """Send `command` with `arguments` and return the side's reply; None once it has failed."""
+        self.send(command, **arguments)
+        return self.receive()
+
+    def close(self) -> None:
+        """End the process (its stdin closes; it exits after its current command)."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        self.proc.wait()
+
+
+def device_api(
+    device: str,
+) -> tuple[Callable[[], None], Callable[..., object] | None, Callable[[], int], Callable[[], None]]:
+    """(synchronize, Event factory or None, peak memory, reset peak) for `device`."""
+    if device == "cpu":
+        return (lambda: None), None, (lambda: -1), (lambda: None)
+    module = torch.cuda if device == "cuda" else getattr(torch, device)
+    return module.synchronize, module.Event, module.max_memory_allocated, module.reset_peak_memory_stats
+
+
+def calls_by_path(run: Callable[[], object]) -> dict[str, int]:
+    """How many op calls of one `run()` each route path served (flagos sides only)."""
+    from torch_fl import routing
+
+    routing.reset_stats()
+    run()
+    counts: Counter[str] = Counter()
+    for row in routing.stats():
+        counts[row.path] += row.calls
+    return dict(counts)
+
+
+def profile(run: Callable[[], object], sync: Callable[[], None], repeats: int, top: int = 30) -> list[dict]:
+    """CPU-side time per op over `repeats` calls of `run`: the top `top` by total host time."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(repeats):
+            run()
+        sync()
+    rows = [
+        {"op": e.key, "calls": e.count, "self_host_us": e.self_cpu_time_total, "total_host_us": e.cpu_time_total}
+        for e in prof.key_averages()
+    ]
+    rows.sort(key=lambda r: -r["total_host_us"])
+    return rows[:top]
+
+
+def agreement(flagos: list[float], plain: list[float], rtol: float, steps: int | None = None) -> tuple[bool, float]:
+    """Do the per-step losses agree (relative `rtol`) over the first `steps` steps (None: all), and
+    the largest relative difference over all steps."""
+    diffs = [abs(a - b) / max(abs(a), 1e-12) for a, b in zip(plain, flagos)]
+    judged = diffs if steps is None else diffs[:steps]
+    return len(flagos) == len(plain) and max(judged, default=0.0) <= rtol, max(diffs, default=0.0)
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.0f}"
