@@ -18,20 +18,12 @@ BACKING = device_core.backing() if torch_fl.is_active() else None
 pytestmark = pytest.mark.skipif(BACKING != "cpu", reason=f"needs flagos on the host backing; here: {BACKING}")
 
 STEPS = 3
-# `.to("flagos")` gives each module its own copy of a shared parameter (PyTorch's shallow-copy
-# check in Module._apply leaves PrivateUse1 out): a model with tied embeddings (or T5's embedding
-# shared by encoder and decoder) then trains separate copies on flagos, and its losses leave the
-# CPU's from the second step. (`model.tie_weights()` after the move restores equality.)
-UNTIED_ON_MOVE = pytest.mark.xfail(
-    strict=True, reason="Module.to('flagos') unties tied and shared parameters (each copy trains apart)"
-)
-TIED = {"qwen2", "gpt2", "bert", "t5"}
 # transformers' default experts (grouped_mm) count tokens per expert with an integer histc on every
 # device type but cpu and mps; the CPU backing has no integer histc.
 INTEGER_HISTC = pytest.mark.xfail(
     strict=True, reason="transformers' grouped_mm experts call integer histc on flagos; the CPU backing lacks it"
 )
-KNOWN = {**{name: UNTIED_ON_MOVE for name in TIED}, "mixtral": INTEGER_HISTC}
+KNOWN = {"mixtral": INTEGER_HISTC}
 
 
 def train(model: torch.nn.Module, name: str, device: str) -> tuple[list[float], dict[str, torch.Tensor]]:
