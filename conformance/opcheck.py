@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 from torch_fl.conformance import compare
+from torch_fl.numerics import reduction_length, reference_dtype
 
 PARTS = ("forward", "backward", "inplace", "out")
 REPEATS = 2
@@ -66,7 +67,7 @@ class Variant:
 
     def tensor(self, t: torch.Tensor, device: str | None = None) -> torch.Tensor:
         """A copy of `t` for this variant (on `device` when given, else where its home says)."""
-        dtype = compare.reference_dtype(t.dtype) if self.upcast else t.dtype
+        dtype = reference_dtype(t.dtype) if self.upcast else t.dtype
         out = copy_like(t, device or self._target(t.device.type), dtype)
         if t.requires_grad and (out.is_floating_point() or out.is_complex()):
             out.requires_grad_(True)
@@ -82,7 +83,7 @@ class Variant:
                 return x
             return torch.device(self._target(device.type)) if device.type == self.home else x
         if self.upcast and key == "dtype" and item_dtype is not None and x == item_dtype:
-            return compare.reference_dtype(x)
+            return reference_dtype(x)
         return x
 
     def sample(self, sample: Any, item_dtype: torch.dtype) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
@@ -326,7 +327,7 @@ class Verdict:
 
 def _reduce(inputs: list[torch.Tensor], outputs: list[Any]) -> int:
     tensors = [t for t in outputs if isinstance(t, torch.Tensor)]
-    return max((compare.reduction_length(inputs, t) for t in tensors), default=1)
+    return max((reduction_length(inputs, t) for t in tensors), default=1)
 
 
 def compare_part(actual: Part, expected: Part, dtypes: list[torch.dtype], reduce: int) -> list[str]:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch_fl.conformance import compare, crash, journal, recordfile, summary
 from torch_fl.conformance.fingerprint import fingerprint
+from torch_fl.numerics import tolerances
 from torch_fl.conformance.recorder import inflight_path
 
 from torch_fl.platform.record import Record, load_evidence
@@ -16,10 +17,10 @@ from torch_fl.platform.record import Record, load_evidence
 
 # ---- comparison
 def test_tolerances_follow_flaggems() -> None:
-    assert compare.tolerances(torch.float16) == (1e-3, 1e-4)
-    assert compare.tolerances(torch.bfloat16, reduce=10) == (1.6e-2, 1e-3)
-    assert compare.tolerances(torch.float32)[0] == 1.3e-6
-    assert compare.tolerances(torch.int32) is None
+    assert tolerances(torch.float16) == (1e-3, 1e-4)
+    assert tolerances(torch.bfloat16, reduce=10) == (1.6e-2, 1e-3)
+    assert tolerances(torch.float32)[0] == 1.3e-6
+    assert tolerances(torch.int32) is None
 
 
 def test_compare_tensor_values_nan_and_integers() -> None:

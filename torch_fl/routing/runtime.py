@@ -146,7 +146,7 @@ class Router:
         """Which calls of `plan.op` may take a path other than native, as (dtype or None, min numel,
         max numel or -1) spans of the C++ route filter: None for every call, [] for none (no Python
         kernel at all). Calls outside the spans never enter Python."""
-        if plan.python or plan.bypass_gate:
+        if plan.python:
             return None
         spans: list[Span] = []
         if plan.route is not None:
@@ -157,9 +157,9 @@ class Router:
             for path in plan.candidates:
                 if path == "native":
                     break
-                if path not in self.paths_for(OpPlan(plan.op, [path], plan.source), None):
+                if path not in self.paths_for(OpPlan(plan.op, [path], plan.source, bypass_gate=plan.bypass_gate), None):
                     continue
-                if path in C_PATHS or self.gate.forced:
+                if path in C_PATHS or plan.bypass_gate or self.gate.forced:
                     return None
                 spans += [(None, *size_span(key)) for key in sorted(self.gate.proven_keys(plan.op, path))]
         return spans

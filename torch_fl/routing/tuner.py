@@ -8,9 +8,9 @@
    each candidate, on fresh copies of the inputs, must agree with native's at the workload's own
    shapes (conformance samples are small; a kernel can pass them and still fail at the sizes a
    model uses, as FlagGems kernels did on the H200): one that does not is never chosen.
-3. Decide per op, counting the workload's calls: a Python route kernel, once installed, serves
-   every call of its op, so the native calls it leaves pay the Python-route overhead too; an op
-   gets buckets only when its net gain over the whole workload is positive.
+3. Decide per op and bucket, counting the workload's calls: a candidate is timed through its
+   Python route kernel, so its time includes that kernel's cost; the calls a bucket leaves native
+   never enter Python (the core's route filter serves them), so they cost nothing.
 4. Check: time the workload native-only and tuned in alternating rounds (median of each); a tuned
    table that is not faster is not written.
 """
@@ -192,7 +192,7 @@ def python_route_overhead() -> float:
     return max(0.0, routed - native)
 
 
-def decide(measurements: list[Measurement], overhead_us: float, min_gain: float) -> dict[str, list[Bucket]]:
+def decide(measurements: list[Measurement], min_gain: float) -> dict[str, list[Bucket]]:
     """Per op, the buckets to write (empty: leave the op on the C++ native route)."""
     by_op: dict[str, list[Measurement]] = defaultdict(list)
     for m in measurements:
@@ -214,8 +214,7 @@ def decide(measurements: list[Measurement], overhead_us: float, min_gain: float)
                     # sizes below the smallest one measured were not measured: they stay native
                     buckets.append(Bucket(max_numel=m.bound // 2, dtype=dtype, choice="native"))
             else:
-                gain -= m.calls * overhead_us  # a native call through the Python kernel
-                choice = "native"
+                choice = "native"  # served by the route filter in C++: no Python entry
             buckets.append(Bucket(max_numel=m.bound, dtype=dtype, choice=choice, measured_us=dict(m.us)))
         if gain > 0 and any(b.choice != "native" for b in buckets):
             chosen[op] = buckets
@@ -274,7 +273,7 @@ def tune(
             measurements.append(measure(sample, allowed))
             progress(f"measured {i + 1}/{len(pending)} {sample.op} <= {sample.bound}")
     overhead = python_route_overhead()
-    chosen = decide(measurements, overhead, min_gain)
+    chosen = decide(measurements, min_gain)
 
     saved = {op: router.table.ops.get(op) for op in chosen}
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
