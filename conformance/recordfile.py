@@ -168,6 +168,12 @@ def write(path: Path, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def partial_path(record: Path) -> Path:
+    """`torch-2.13.json` -> `torch-2.13.partial.json`: where a subset run writes its record when a
+    complete one is there, which it must not replace (the gate reads `torch-<line>.json` only)."""
+    return record.with_name(record.stem + ".partial.json")
+
+
 def dumps(record: dict[str, Any]) -> str:
     """Indented JSON with one case per line: readable, and diffs of a re-run stay line-sized."""
     placeholder = "\u0000cases\u0000"
