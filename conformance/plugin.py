@@ -43,7 +43,8 @@ WARMUP_PATHS = frozenset({"flaggems"})
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("torch-fl conformance")
     group.addoption("--fl-platform", default=None, help="Platform under test (enables the plugin).")
-    group.addoption("--fl-record", default=None, help="The record (torch-<line>.json); the journal and run folder are beside it.")
+    group.addoption("--fl-record", default=None,
+                    help="The record (torch-<line>.json); the journal and run folder are beside it.")
     group.addoption("--fl-output", default=None, help="Where the completed run's record goes (default: --fl-record).")
     group.addoption("--fl-parent-pid", type=int, default=None,
                     help="End the run (this process's group, which it must lead) when that process ends.")
@@ -144,7 +145,9 @@ class Controller:
             header["machine"]["added_to"] = {k: base.get(k) for k in ("started", "finished", "machine")}
         previous = journal.header(self.journal_file) if config.getoption("fl_resume") else None
         if config.getoption("fl_resume") and previous is None:
-            raise pytest.UsageError(f"cannot resume: there is no journal {self.journal_file} with a run header; run without --resume")
+            raise pytest.UsageError(
+                f"cannot resume: there is no journal {self.journal_file} with a run header; run without --resume"
+            )
         if previous is not None:
             for key in ("platform", "descriptor_hash", "torch"):
                 if previous.get(key) != header[key]:
@@ -242,7 +245,9 @@ class Controller:
         self.collector.feed(self.reader.new())
         return Counter(c["status"] for c in self.collector.cases.values())
 
-    def merge(self, complete: bool, finished: str | None = None, extra: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]]:
+    def merge(
+        self, complete: bool, finished: str | None = None, extra: dict[str, Any] | None = None
+    ) -> tuple[Path, dict[str, Any]]:
         """Write the record so far: the run's record once complete, the interim record until then."""
         self.last_merge = time.monotonic()
         statuses = self._statuses()

@@ -173,7 +173,7 @@ def destination(options: RunOptions, record_file: Path) -> Path:
     return partial_path(record_file)
 
 
-def pytest_command(options: RunOptions, record_file: Path, ini: Path, output: Path | None = None) -> list[str]:
+def pytest_command(options: RunOptions, record_file: Path, ini: Path, output: Path) -> list[str]:
     suites = [s for s in RUN_ORDER if s in (options.suites or SUITES)]
     item_timeout = max(600.0, 10 * options.timeout)
     argv = [
@@ -189,7 +189,7 @@ def pytest_command(options: RunOptions, record_file: Path, ini: Path, output: Pa
         # (and python_files must stay narrow: pytest rewrites the assertions of every module it matches).
         "-o", "python_functions=test_*", "-o", "python_classes=Test*",
         "-q", "-rfE", "--tb=short", "-W", "ignore::UserWarning",
-        "--fl-platform", options.platform, "--fl-record", str(record_file), "--fl-output", str(output or record_file),
+        "--fl-platform", options.platform, "--fl-record", str(record_file), "--fl-output", str(output),
         "--fl-parent-pid", str(os.getpid()),
         "--fl-suites", ",".join(suites), "--fl-paths", ",".join(options.paths or []),
         "--fl-samples", str(options.samples), "--fl-case-timeout", str(options.timeout),
@@ -234,7 +234,8 @@ def run(options: RunOptions) -> RunOutcome:
     """Run the suites; returns where the record is and what it says (None when none was written)."""
     validate(options)
     record_file = record_file_for(options.platform, options.record_dir)
-    what = f"a conformance run of {options.platform} on torch {record_file.stem.removeprefix('torch-')} into {record_file.parent}"
+    line = record_file.stem.removeprefix("torch-")
+    what = f"a conformance run of {options.platform} on torch {line} into {record_file.parent}"
     with hold(record_file.with_suffix(".lock"), what):
         if options.resume:
             options = resume_selection(options, record_file)

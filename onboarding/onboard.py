@@ -22,13 +22,13 @@ from typing import Any
 import yaml
 
 from torch_fl import env
+from torch_fl.fileio import remove_orphans
 from torch_fl.onboarding import render
 from torch_fl.onboarding.descriptor import EXAMPLE_FUNCTION, EXAMPLE_OP, backing_warning, load_text, scaffold
 from torch_fl.onboarding.errors import OnboardError
 from torch_fl.onboarding.layout import Layout, make_layout, same_dir
 from torch_fl.onboarding.names import check_name
 from torch_fl.onboarding.routes import initial_table, render_table
-from torch_fl.fileio import remove_orphans
 from torch_fl.onboarding.vendor import KernelFiles, kernel_entries, with_kernel
 from torch_fl.onboarding.writer import (
     Manifest, Outcome, Planned, apply, decide, locked, manifest_outcome, with_hashes,
@@ -157,7 +157,8 @@ def onboard(request: OnboardRequest) -> OnboardReport:
         return _onboard(name, request, layout)
 
 
-def _with_kernels(files: dict[str, str], descriptor: PlatformDescriptor, manifest: Manifest | None, folder: Path) -> None:
+def _with_kernels(files: dict[str, str], descriptor: PlatformDescriptor, manifest: Manifest | None,
+                  folder: Path) -> None:
     """Add the vendor kernels of `kernel add` (kept in the manifest) to the rendered files, as it did."""
     vendor = descriptor.kernels.vendor
     entries = kernel_entries(manifest) if manifest is not None else []
@@ -166,7 +167,8 @@ def _with_kernels(files: dict[str, str], descriptor: PlatformDescriptor, manifes
     texts = KernelFiles(files["vendor_kernels.py"], files["routes.yaml"], files["platform.yaml"])
     for entry in entries:
         texts = with_kernel(texts, entry, descriptor.name, folder, vendor.module, descriptor.routes.file)
-    files.update({"vendor_kernels.py": texts.module, "routes.yaml": texts.routes or "", "platform.yaml": texts.descriptor})
+    files.update({"vendor_kernels.py": texts.module, "platform.yaml": texts.descriptor})
+    files["routes.yaml"] = texts.routes or files["routes.yaml"]
 
 
 def _onboard(name: str, request: OnboardRequest, layout: Layout) -> OnboardReport:

@@ -207,7 +207,8 @@ def with_kernel(files: KernelFiles, entry: KernelEntry, platform: str, folder: P
     if descriptor is not None:
         load_text(descriptor, platform, "platform.yaml after the edit")
     routes = _routes_text(files.routes, folder / routes_name, entry.op, platform)
-    return KernelFiles(module, files.routes if routes is None else routes, files.descriptor if descriptor is None else descriptor)
+    return KernelFiles(module, files.routes if routes is None else routes,
+                       files.descriptor if descriptor is None else descriptor)
 
 
 def _read(path: Path) -> str | None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from contextlib import AbstractContextManager
 from typing import Any, Literal
 
 from torch_fl.fileio import write_atomically

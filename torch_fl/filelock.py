@@ -76,7 +76,8 @@ def hold(path: Path, what: str) -> Iterator[None]:
     ("a conformance run of host_ref on torch 2.13")."""
     fd = _lock(Path(path), what)
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    me = json.dumps({"pid": os.getpid(), "started": started, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])})
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    me = json.dumps({"pid": os.getpid(), "started": started, "command": command})
     os.ftruncate(fd, 0)
     os.pwrite(fd, me.encode(), 0)
     previous = {}

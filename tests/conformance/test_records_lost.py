@@ -20,7 +20,7 @@ import pytest
 from conformance_helpers import cases_by_id, cli_command, conformance, run_env
 
 from torch_fl.conformance import journal, recordfile
-from torch_fl.conformance.runner import RunOptions, destination
+from torch_fl.conformance.runner import PATHS, SUITES, RunOptions, destination, suite_file
 from torch_fl.filelock import hold
 from torch_fl.platform.record import installed_version, load_record
 from torch_fl.platform.versions import minor_line
@@ -71,57 +71,64 @@ def _wait_for_cases(folder: Path, proc: subprocess.Popen, count: int, timeout: f
         time.sleep(0.05)
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every living process below `pid` (from /proc), whatever session or group it moved to."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), None when there is no such process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"  # a zombie has ended; only its parent's wait is missing
+        return None
+    return stat[stat.rindex(")") + 2:].split()
 
 
-def _end(proc: subprocess.Popen, others: set[int]) -> None:
-    for pid in sorted(others | {proc.pid}):
-        try:
+def _descendants(pid: int) -> dict[int, str]:
+    """Every process below `pid`, whatever session or group it moved to, with its start time (so
+    that a PID reused after it ended is never taken for it)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        fields = _stat(int(entry.name)) if entry.name.isdigit() else None
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            fields = _stat(child)
+            if fields is not None:
+                found[child] = fields[19]
+                todo.append(child)
+    return found
+
+
+def _alive(pid: int, started: str) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[19] == started and fields[0] != "Z"  # a zombie has ended
+
+
+def _end(proc: subprocess.Popen, others: dict[int, str]) -> None:
+    for pid, started in sorted(others.items()):
+        if _alive(pid, started):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    proc.kill()
     proc.wait()
 
 
 @pytest.fixture
-def running(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path, set[int]]]:
+def running(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path, dict[int, str]]]:
     """A run of a few ops cases, journaling; whatever it started is killed when the test ends."""
     folder = tmp_path / "running"
     proc = _start([*OPS, "--record-dir", str(folder)])
-    started: set[int] = set()
+    started: dict[int, str] = {}
     try:
         _wait_for_cases(folder, proc, 2)
-        started |= _descendants(proc.pid)
+        started.update(_descendants(proc.pid))
         yield proc, folder, started
     finally:
-        started |= _descendants(proc.pid)
+        started.update(_descendants(proc.pid))
         _end(proc, started)
 
 
 # ---- a subset run next to a complete record
+@pytest.mark.slow
 def test_a_subset_run_writes_a_partial_record_and_keeps_the_complete_one(records: Path) -> None:
     before = (records / RECORD).read_bytes()
     out = conformance([*RNG, "-k", "test_multinomial", "--record-dir", str(records)], run_env())
@@ -142,8 +149,7 @@ def test_only_a_full_run_or_add_replaces_a_complete_record(complete_record: Path
         assert destination(RunOptions("host_ref", **subset), complete_record) == partial, subset
         assert destination(RunOptions("host_ref", **subset), tmp_path / RECORD) == tmp_path / RECORD  # nothing to lose
     assert destination(RunOptions("host_ref", suites=["rng"], add=True), complete_record) == complete_record
-    every = RunOptions("host_ref", suites=["ops", "amp", "rng", "ddp", "fsdp2", "compile", "profiler", "model", "workload"],
-                       paths=["native", "flaggems", "vendor", "emulated", "cpu"])
+    every = RunOptions("host_ref", suites=list(SUITES), paths=list(PATHS))
     assert destination(every, complete_record) == complete_record
     assert destination(RunOptions("host_ref"), complete_record) == complete_record
 
@@ -153,21 +159,21 @@ def test_only_a_full_run_or_add_replaces_a_complete_record(complete_record: Path
 def test_a_killed_run_leaves_the_complete_record_untouched(records: Path) -> None:
     before = (records / RECORD).read_bytes()
     proc = _start(["host_ref", "-n", "1", "--record-dir", str(records)])  # a full run: it would replace the record
-    started: set[int] = set()
+    started: dict[int, str] = {}
     try:
         _wait_for_cases(records, proc, 3)
         time.sleep(1.0)  # past the first periodic merge
-        started = _descendants(proc.pid)
     finally:
-        _end(proc, started | _descendants(proc.pid))
+        started.update(_descendants(proc.pid))
+        _end(proc, started)
     assert (records / RECORD).read_bytes() == before, "the killed run replaced the complete record"
     interim = journal.interim_record(records / RECORD)
     assert interim.is_file() and json.loads(interim.read_text())["complete"] is False
 
 
 def test_resume_without_a_journal_refuses(tmp_path: Path) -> None:
-    proc = subprocess.run([*cli_command(), "conformance", "run", *RNG, "--resume", "--record-dir", str(tmp_path), "--json"],
-                          env=run_env(), capture_output=True, text=True, timeout=300)
+    command = [*cli_command(), "conformance", "run", *RNG, "--resume", "--record-dir", str(tmp_path), "--json"]
+    proc = subprocess.run(command, env=run_env(), capture_output=True, text=True, timeout=300)
     out = json.loads(proc.stdout)
     assert proc.returncode != 0 and not out["ok"], out
     assert "--resume" in out["error"] and "no journal" in out["error"], out["error"]
@@ -191,14 +197,14 @@ def test_a_second_run_refuses_naming_the_first(running) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_killing_the_command_ends_its_pytest_and_workers(running, sig) -> None:
     command, folder, started = running
-    started |= _descendants(command.pid)
-    assert started, "the run started no pytest process"
+    started.update(_descendants(command.pid))
+    assert len(started) >= 2, "the run started no pytest process and worker"
     os.kill(command.pid, sig)  # the command only, as a CI timeout or a closed terminal would
     command.wait()
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in started) and time.monotonic() < deadline:
+    while any(_alive(pid, at) for pid, at in started.items()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [pid for pid in started if _alive(pid)], "the run's processes outlived the command"
+    assert not [pid for pid, at in started.items() if _alive(pid, at)], "the run's processes outlived the command"
     assert not (folder / RECORD).exists(), "a process of the killed run wrote the record"
     # the lock went with them: another run may start at once
     with hold(folder / f"torch-{LINE}.lock", "the next run"):
@@ -207,12 +213,11 @@ def test_killing_the_command_ends_its_pytest_and_workers(running, sig) -> None:
 
 def test_the_plugin_refuses_resume_without_a_journal(tmp_path: Path) -> None:
     """Used directly (pytest -p torch_fl.conformance.plugin), the plugin refuses too."""
-    from torch_fl.conformance.runner import suite_file
-
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", suite_file("rng"), "-p", "torch_fl.conformance.plugin", "-p", "no:cacheprovider",
-         "--fl-platform", "host_ref", "--fl-record", str(tmp_path / RECORD), "--fl-resume", "-k", "test_multinomial",
-         "-q"], env=run_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [sys.executable, "-m", "pytest", suite_file("rng"), "-p", "torch_fl.conformance.plugin",
+         "-p", "no:cacheprovider", "--fl-platform", "host_ref", "--fl-record", str(tmp_path / RECORD),
+         "--fl-resume", "-k", "test_multinomial", "-q"],
+        env=run_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )
     assert proc.returncode == 4 and "no journal" in proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert not (tmp_path / RECORD).exists()
