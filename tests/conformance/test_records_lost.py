@@ -21,7 +21,8 @@ from conformance_helpers import cases_by_id, cli_command, conformance, run_env
 
 from torch_fl.conformance import journal, recordfile
 from torch_fl.conformance.runner import PATHS, SUITES, RunOptions, destination, suite_file
-from torch_fl.filelock import hold
+from torch_fl import filelock
+from torch_fl.filelock import LockHeld, hold
 from torch_fl.platform.record import installed_version, load_record
 from torch_fl.platform.versions import minor_line
 
@@ -221,3 +222,31 @@ def test_the_plugin_refuses_resume_without_a_journal(tmp_path: Path) -> None:
     )
     assert proc.returncode == 4 and "no journal" in proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert not (tmp_path / RECORD).exists()
+
+
+# ---- the lock itself
+def test_a_dead_holders_lock_is_taken_over_and_a_live_one_refuses(tmp_path: Path) -> None:
+    lock = tmp_path / f"torch-{LINE}.lock"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock.write_text(json.dumps({"pid": int(dead.stdout), "started": "earlier"}))  # left by a killed run
+    with hold(lock, "a run"):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    assert not lock.exists()
+    # the module alone (importing torch_fl would start torch): a holder that stays until killed
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import importlib.util, sys, time; from pathlib import Path\n"
+         f"spec = importlib.util.spec_from_file_location('filelock', {filelock.__file__!r})\n"
+         "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+         f"with module.hold(Path({str(lock)!r}), 'x'):\n    print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockHeld, match=f"a run is already in progress \\(pid {holder.pid}, started "):
+            with hold(lock, "a run"):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with hold(lock, "a run"):  # its holder was killed: taken over
+        pass
