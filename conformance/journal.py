@@ -30,6 +30,12 @@ def run_dir(record: Path) -> Path:
     return record.with_name(record.stem + ".run")
 
 
+def interim_record(record: Path) -> Path:
+    """The record of a run in progress (its periodic merges, or where it stopped), in its run folder:
+    the record itself is replaced only by a run that completes."""
+    return run_dir(record) / "record.json"
+
+
 def append(path: Path, entry: dict[str, Any]) -> None:
     """Append one entry atomically (a single write on an O_APPEND descriptor)."""
     line = json.dumps(entry, separators=(",", ":"), default=str)

@@ -5,7 +5,8 @@ Two roles, as pytest-xdist splits a run:
 - the controller (no torch imported) owns the run: it starts or resumes the journal, turns dead
   workers into `crashed`/`timeout` cases and re-queues their item (the re-run skips the cases
   already journaled, so it goes on past the one that killed the worker), merges the journal into
-  the record every few seconds and at the end, shows progress, and writes the Markdown summary;
+  an interim record in the run folder every few seconds, writes the record (`--fl-output`) only
+  when the run completes, shows progress, and writes the Markdown summary;
 - each worker activates the platform (FLAGOS_PLATFORM is set for it), runs items, and journals
   their cases: an item is one case unless it records finer cases itself through the `fl` fixture
   (the ops suite: one item per OpInfo x dtype, one case per path x overload).
@@ -18,7 +19,9 @@ from __future__ import annotations
 import json
 import os
 import platform as host_platform
+import signal
 import socket
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,6 +32,7 @@ from torch_fl.conformance import crash, journal, recordfile, summary
 from torch_fl.conformance.progress import Progress
 from torch_fl.conformance.recorder import CaseInfo, Recorder
 from torch_fl.conformance.session import Session
+from torch_fl.platform.record import evidence_path
 
 MERGE_EVERY_S = 10.0
 MAX_RERUNS = 50
@@ -40,7 +44,11 @@ WARMUP_PATHS = frozenset({"flaggems"})
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("torch-fl conformance")
     group.addoption("--fl-platform", default=None, help="Platform under test (enables the plugin).")
-    group.addoption("--fl-record", default=None, help="Record file to write (torch-<line>.json).")
+    group.addoption("--fl-record", default=None,
+                    help="The record (torch-<line>.json); the journal and run folder are beside it.")
+    group.addoption("--fl-output", default=None, help="Where the completed run's record goes (default: --fl-record).")
+    group.addoption("--fl-parent-pid", type=int, default=None,
+                    help="End the run (this process's group, which it must lead) when that process ends.")
     group.addoption("--fl-paths", default="", help="Comma-separated route paths to exercise (default: all).")
     group.addoption("--fl-suites", default="", help="Suites selected (recorded in the run's selection).")
     group.addoption("--fl-samples", type=int, default=2, help="Samples per OpInfo x dtype.")
@@ -101,8 +109,13 @@ class Controller:
         descriptor = load_platform(name)
         made_here = recordfile.identity(descriptor)
         self.record_file = _record_file(config, descriptor, made_here["binding"]["torch"])
+        self.output_file = Path(config.getoption("fl_output") or self.record_file)
         self.journal_file = journal.journal_path(self.record_file)
         self.run_dir = journal.run_dir(self.record_file)
+        self.interim_file = journal.interim_record(self.record_file)
+        self.parent = config.getoption("fl_parent_pid")
+        if self.parent is not None:
+            _end_with(self.parent)
         workers = config.getoption("numprocesses", None) if distributed else 0
         self.workers = int(workers) if isinstance(workers, int) or str(workers).isdigit() else (os.cpu_count() or 1)
         header = {
@@ -132,6 +145,10 @@ class Controller:
             # the run whose cases this one extends, with its machine: one record, several boards' runs
             header["machine"]["added_to"] = {k: base.get(k) for k in ("started", "finished", "machine")}
         previous = journal.header(self.journal_file) if config.getoption("fl_resume") else None
+        if config.getoption("fl_resume") and previous is None:
+            raise pytest.UsageError(
+                f"cannot resume: there is no journal {self.journal_file} with a run header; run without --resume"
+            )
         if previous is not None:
             for key in ("platform", "binding"):
                 if previous.get(key) != header[key]:
@@ -143,6 +160,8 @@ class Controller:
             journal.start(self.journal_file, header)
             for stale in (self.run_dir / "inflight").glob("*"):
                 stale.unlink(missing_ok=True)
+            self.interim_file.unlink(missing_ok=True)
+            evidence_path(self.interim_file).unlink(missing_ok=True)
         (self.run_dir / "inflight").mkdir(parents=True, exist_ok=True)
         self.reader = journal.Reader(self.journal_file)
         self.collector = recordfile.Collector()
@@ -228,33 +247,60 @@ class Controller:
         self.collector.feed(self.reader.new())
         return Counter(c["status"] for c in self.collector.cases.values())
 
-    def merge(self, complete: bool, finished: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def merge(
+        self, complete: bool, finished: str | None = None, extra: dict[str, Any] | None = None
+    ) -> tuple[Path, dict[str, Any]]:
+        """Write the record so far: the run's record once complete, the interim record until then."""
         self.last_merge = time.monotonic()
         statuses = self._statuses()
         self.progress.update(self.items_done, statuses)
         record, cases = recordfile.build(self.collector, complete, finished, extra)
-        if complete or not self.adding:
-            recordfile.write(self.record_file, record, cases)
-        return record
+        path = self.output_file if complete else self.interim_file
+        recordfile.write(path, record, cases)
+        return path, record
+
+    def _orphaned(self) -> bool:
+        """Has the command that started this run ended? Then nothing of the run may write the record."""
+        return self.parent is not None and os.getppid() != self.parent
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         wall = time.monotonic() - self.session_started
-        complete = int(exitstatus) in (0, 1, 5) and not session.shouldstop
+        complete = int(exitstatus) in (0, 1, 5) and not session.shouldstop and not self._orphaned()
         journal.append(self.journal_file, {"kind": "session", "finished": recordfile.now(), "wall_s": round(wall, 1),
                                            "workers": self.workers, "exitstatus": int(exitstatus)})
         self.collector.feed(self.reader.new())
         total_wall = sum(s.get("wall_s", 0.0) for s in self.collector.sessions)
-        record = self.merge(complete, recordfile.now(), {"wall_s": round(total_wall, 1)})
+        path, record = self.merge(complete, recordfile.now(), {"wall_s": round(total_wall, 1)})
         self.progress.close()
-        if complete or not self.adding:
-            summary.write(self.record_file, record)
+        summary.write(path, record)
         if complete:
-            # Everything is in the record now; the journal only served to resume.
+            # Everything is in the record now; the journal and the interim record only served to resume.
             self.journal_file.unlink(missing_ok=True)
+            self.interim_file.unlink(missing_ok=True)
+            evidence_path(self.interim_file).unlink(missing_ok=True)
+            summary.summary_path(self.interim_file).unlink(missing_ok=True)
             for leftover in (self.run_dir / "inflight").glob("*"):
                 leftover.unlink(missing_ok=True)
-        self.config.stash[OUTCOME] = {"record": str(self.record_file), "complete": complete}
+        self.config.stash[OUTCOME] = {"record": str(path), "complete": complete}
+
+
+def _end_with(parent: int) -> None:
+    """Kill this process's group, the whole run, as soon as `parent` is no longer its parent.
+
+    The command that started the run may be killed outright (SIGKILL, a CI timeout): a thread
+    watching for that is the one way its pytest, workers and their children still end at once
+    and never go on journaling or writing the record.
+    """
+    if os.getpgid(0) != os.getpid():
+        raise pytest.UsageError("--fl-parent-pid: this pytest process must lead its own process group")
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.1)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="fl-end-with-parent", daemon=True).start()
 
 
 @pytest.fixture(scope="session")

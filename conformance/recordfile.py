@@ -200,3 +200,9 @@ def write(path: Path, record: dict[str, Any], cases: list[dict[str, Any]]) -> No
     record["checksum"] = checksum(record)
     Record.model_validate(record)
     write_atomically(path, json.dumps(record, indent=1) + "\n")
+
+
+def partial_path(record: Path) -> Path:
+    """`torch-2.13.json` -> `torch-2.13.partial.json`: where a subset run writes its record when a
+    complete one is there, which it must not replace (the gate reads `torch-<line>.json` only)."""
+    return record.with_name(record.stem + ".partial.json")

@@ -3,6 +3,12 @@
 The subprocess is the controller (it never imports torch); its workers activate the platform.
 Always at least one worker, so a kernel that crashes or hangs kills a worker, never the run.
 pytest's own output goes to a log in the run folder; progress goes to stderr unless quiet.
+
+What a run may replace: one run at a time per record (a lock file beside it, `torch-<line>.lock`);
+the record itself only when the run completes (until then its merges go to the run folder); and
+a complete record only by a full run or by `--add`: a subset run writes `torch-<line>.partial.json`
+beside it instead. The pytest process and everything it starts form a process group of their own
+that ends with this process, however it ends.
 """
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from torch_fl.conformance import journal
+from torch_fl.conformance.recordfile import partial_path
 from torch_fl.conformance.summary import summary_path
+from torch_fl.filelock import hold
 
 SUITES: tuple[str, ...] = ("ops", "amp", "rng", "ddp", "fsdp2", "compile", "profiler", "model", "workload")
 """Every suite, in the order they run (the short ones first, so their results show early)."""
@@ -49,16 +58,17 @@ class RunOptions:
 
 @dataclass
 class RunOutcome:
+    """What a run left: `record_file` is the record it completed (the partial one for a subset run
+    beside a complete record), or, when it did not complete, its interim record in the run folder."""
+
     returncode: int
     record_file: Path
     summary_file: Path
     log_file: Path
     wall_s: float
     record: dict[str, Any] | None
-
-    @property
-    def complete(self) -> bool:
-        return bool(self.record and self.record.get("complete"))
+    complete: bool
+    partial: bool
 
 
 def record_file_for(platform: str, record_dir: Path | None) -> Path:
@@ -115,9 +125,11 @@ def check_addable(platform: str, record_file: Path) -> None:
 
 def resume_selection(options: RunOptions, record_file: Path) -> RunOptions:
     """With --resume, the selection of the interrupted run (from its journal) is the one continued."""
-    header = journal.header(journal.journal_path(record_file))
+    path = journal.journal_path(record_file)
+    header = journal.header(path)
     if header is None:
-        return options
+        raise ValueError(f"--resume: there is no journal of an interrupted run to continue ({path} is missing or has "
+                         "no run header); run without --resume to start a fresh run")
     chosen = header.get("selection", {})
     for key, given, stored in (
         ("suites", options.suites, chosen.get("suites")),
@@ -141,7 +153,27 @@ def _same(given: list[str] | str | None, stored: list[str] | str | None) -> bool
     return given == (stored or None)
 
 
-def pytest_command(options: RunOptions, record_file: Path, ini: Path) -> list[str]:
+def is_subset(options: RunOptions) -> bool:
+    """Does the run check less than everything (-k, some suites, some paths)?"""
+    return bool(options.k) or set(options.suites or SUITES) != set(SUITES) or set(options.paths or PATHS) != set(PATHS)
+
+
+def _is_complete(record_file: Path) -> bool:
+    try:
+        return json.loads(record_file.read_bytes()).get("complete") is True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def destination(options: RunOptions, record_file: Path) -> Path:
+    """Where the run's record goes when it completes: the record, unless a subset run (without
+    --add) would replace a complete record, whose validated routes it would lose; then beside it."""
+    if options.add or not is_subset(options) or not _is_complete(record_file):
+        return record_file
+    return partial_path(record_file)
+
+
+def pytest_command(options: RunOptions, record_file: Path, ini: Path, output: Path) -> list[str]:
     suites = [s for s in RUN_ORDER if s in (options.suites or SUITES)]
     item_timeout = max(600.0, 10 * options.timeout)
     argv = [
@@ -157,7 +189,8 @@ def pytest_command(options: RunOptions, record_file: Path, ini: Path) -> list[st
         # (and python_files must stay narrow: pytest rewrites the assertions of every module it matches).
         "-o", "python_functions=test_*", "-o", "python_classes=Test*",
         "-q", "-rfE", "--tb=short", "-W", "ignore::UserWarning",
-        "--fl-platform", options.platform, "--fl-record", str(record_file),
+        "--fl-platform", options.platform, "--fl-record", str(record_file), "--fl-output", str(output),
+        "--fl-parent-pid", str(os.getpid()),
         "--fl-suites", ",".join(suites), "--fl-paths", ",".join(options.paths or []),
         "--fl-samples", str(options.samples), "--fl-case-timeout", str(options.timeout),
         "--fl-item-timeout", str(item_timeout), "--fl-warmup-timeout", str(max(options.timeout, options.warmup_timeout)),
@@ -184,40 +217,56 @@ def subprocess_env(platform: str) -> dict[str, str]:
     return env
 
 
+def _run_pytest(argv: list[str], platform: str, log: Any, quiet: bool, cwd: Path) -> int:
+    """pytest in a process group of its own; the group is killed when this process is stopped
+    (SIGTERM, SIGHUP, Ctrl-C); when it is killed outright, the plugin's watch of its parent ends it."""
+    proc = subprocess.Popen(argv, env=subprocess_env(platform), stdout=log, stderr=log if quiet else None,
+                            stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+    try:
+        return proc.wait()
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+
+
 def run(options: RunOptions) -> RunOutcome:
     """Run the suites; returns where the record is and what it says (None when none was written)."""
     validate(options)
     record_file = record_file_for(options.platform, options.record_dir)
-    if options.resume:
-        options = resume_selection(options, record_file)
-    if options.add:
-        check_addable(options.platform, record_file)
-    folder = journal.run_dir(record_file)
-    folder.mkdir(parents=True, exist_ok=True)
-    ini = folder / "pytest.ini"
-    ini.write_text("[pytest]\n")
-    log_file = folder / "pytest.log"
-    argv = pytest_command(options, record_file, ini)
-    started = time.monotonic()
-    with open(log_file, "w") as log:
-        log.write(" ".join(argv) + "\n\n")
-        log.flush()
-        proc = subprocess.run(
-            argv,
-            env=subprocess_env(options.platform),
-            stdout=log,
-            stderr=log if options.quiet else None,
-            stdin=subprocess.DEVNULL,
-            cwd=folder,
-        )
-    wall = time.monotonic() - started
-    record = None
-    if record_file.is_file():
-        try:
-            record = json.loads(record_file.read_text())
-        except json.JSONDecodeError:
-            record = None
-    outcome = RunOutcome(proc.returncode, record_file, summary_path(record_file), log_file, wall, record)
-    if outcome.complete and proc.returncode in (0, 1, 5):
-        shutil.rmtree(folder, ignore_errors=True)  # the record says it all; the log only helps a failed start
+    line = record_file.stem.removeprefix("torch-")
+    what = f"a conformance run of {options.platform} on torch {line} into {record_file.parent}"
+    with hold(record_file.with_suffix(".lock"), what):
+        if options.resume:
+            options = resume_selection(options, record_file)
+        if options.add:
+            check_addable(options.platform, record_file)
+        output = destination(options, record_file)
+        folder = journal.run_dir(record_file)
+        folder.mkdir(parents=True, exist_ok=True)
+        ini = folder / "pytest.ini"
+        ini.write_text("[pytest]\n")
+        log_file = folder / "pytest.log"
+        argv = pytest_command(options, record_file, ini, output)
+        started = time.monotonic()
+        with open(log_file, "w") as log:
+            log.write(" ".join(argv) + "\n\n")
+            log.flush()
+            returncode = _run_pytest(argv, options.platform, log, options.quiet, folder)
+        wall = time.monotonic() - started
+        # The controller writes the interim record whenever it stops short of completing, and
+        # removes it when it completes; a pytest that died before either leaves the exit status.
+        interim = journal.interim_record(record_file)
+        complete = returncode in (0, 1, 5) and not interim.is_file() and output.is_file()
+        written = output if complete else interim
+        record = None
+        if written.is_file():
+            try:
+                record = json.loads(written.read_text())
+            except json.JSONDecodeError:
+                record = None
+        outcome = RunOutcome(returncode, written, summary_path(written), log_file, wall, record, complete,
+                             output != record_file)
+        if complete:
+            shutil.rmtree(folder, ignore_errors=True)  # the record says it all; the log only helps a failed start
     return outcome

@@ -4,11 +4,17 @@ Order of work: check the name and the options, build the descriptor model, rende
 memory, validate each rendered file the way its consumer will read it (load_descriptor, the route
 table parser, the Python compiler, a YAML parser), decide each file's action against the manifest,
 and only then write. A refused request writes nothing.
+
+A run (not a dry run) holds the platform's lock (writer.locked) from reading the manifest to
+writing it, and first removes the temporary files an interrupted run left beside its files.
+The vendor kernels `torch-fl kernel add` gave the platform (the manifest's `options.kernels`) are
+added to what is rendered, so a re-run after `kernel add` is unchanged, whatever `--like` it takes.
 """
 from __future__ import annotations
 
 import os
 import shlex
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,13 +22,17 @@ from typing import Any
 import yaml
 
 from torch_fl import env
+from torch_fl.fileio import remove_orphans
 from torch_fl.onboarding import render
 from torch_fl.onboarding.descriptor import EXAMPLE_FUNCTION, EXAMPLE_OP, backing_warning, load_text, scaffold
 from torch_fl.onboarding.errors import OnboardError
 from torch_fl.onboarding.layout import Layout, make_layout, same_dir
 from torch_fl.onboarding.names import check_name
 from torch_fl.onboarding.routes import initial_table, render_table
-from torch_fl.onboarding.writer import Manifest, Outcome, Planned, apply, decide, manifest_outcome, with_hashes
+from torch_fl.onboarding.vendor import KernelFiles, kernel_entries, with_kernel
+from torch_fl.onboarding.writer import (
+    Manifest, Outcome, Planned, apply, decide, locked, manifest_outcome, with_hashes,
+)
 from torch_fl.platform.descriptor import PlatformDescriptor
 from torch_fl.platform.discovery import PlatformSource, discover
 from torch_fl.platform.errors import DescriptorError
@@ -143,6 +153,25 @@ def onboard(request: OnboardRequest) -> OnboardReport:
     layout = make_layout(name, request.root, request.platforms_dir)
     if layout.platform_dir.exists() and not layout.platform_dir.is_dir():
         raise OnboardError(f"{layout.platform_dir} exists and is not a folder")
+    with nullcontext() if request.dry_run else locked(layout.platform_dir):
+        return _onboard(name, request, layout)
+
+
+def _with_kernels(files: dict[str, str], descriptor: PlatformDescriptor, manifest: Manifest | None,
+                  folder: Path) -> None:
+    """Add the vendor kernels of `kernel add` (kept in the manifest) to the rendered files, as it did."""
+    vendor = descriptor.kernels.vendor
+    entries = kernel_entries(manifest) if manifest is not None else []
+    if not entries or vendor is None:
+        return
+    texts = KernelFiles(files["vendor_kernels.py"], files["routes.yaml"], files["platform.yaml"])
+    for entry in entries:
+        texts = with_kernel(texts, entry, descriptor.name, folder, vendor.module, descriptor.routes.file)
+    files.update({"vendor_kernels.py": texts.module, "platform.yaml": texts.descriptor})
+    files["routes.yaml"] = texts.routes or files["routes.yaml"]
+
+
+def _onboard(name: str, request: OnboardRequest, layout: Layout) -> OnboardReport:
     manifest = Manifest.read(layout.platform_dir)
     owned = manifest is not None and manifest.platform == name
     sources = discover()
@@ -165,6 +194,7 @@ def onboard(request: OnboardRequest) -> OnboardReport:
     }
     _validate(files, descriptor, layout)
     folder = layout.platform_dir
+    _with_kernels(files, descriptor, manifest if owned else None, folder)
     planned = [
         Planned(folder / "platform.yaml", files["platform.yaml"]),
         Planned(folder / descriptor.kernels.vendor.module, files["vendor_kernels.py"]),
@@ -173,12 +203,15 @@ def onboard(request: OnboardRequest) -> OnboardReport:
         Planned(layout.workflow_path, files["workflow"]),
     ]
     options = {"like": like_name, "backing": descriptor.backing.device}
+    if "kernels" in recorded:
+        options["kernels"] = recorded["kernels"]
     base = manifest if owned and manifest is not None else Manifest(folder, name)
     base.options = options
     outcomes = decide(planned, base, request.force)
     updated = with_hashes(base, planned, outcomes)
     outcomes.append(manifest_outcome(updated))  # decided before writing, like every other file
     if not request.dry_run:
+        remove_orphans([item.path for item in planned] + [updated.path])
         apply(planned, outcomes, updated)
     warnings = [w for w in (backing_warning(descriptor),) if w]
     return OnboardReport(name, layout, outcomes, next_steps(name, layout), warnings, request.dry_run)

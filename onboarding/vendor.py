@@ -7,6 +7,11 @@
    and layout kept).
 Everything is computed and validated first; the files are then written atomically, descriptor last,
 so the descriptor never names a function the module does not have. Re-running changes nothing.
+
+On a platform made by `torch-fl onboard`, the edit is kept in its manifest too (`options.kernels`),
+with the new hashes of the files that were still onboard's own: a later `onboard` renders the same
+edits, so it reports those files unchanged, and still tells a person's edits apart. The command
+holds the platform's onboard lock while it works.
 """
 from __future__ import annotations
 
@@ -15,8 +20,8 @@ import builtins
 import io
 import keyword
 import re
-import shutil
 import tempfile
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,13 +32,44 @@ from torch_fl.onboarding.descriptor import VENDOR_MODULE, load_text
 from torch_fl.onboarding.errors import OnboardError
 from torch_fl.onboarding.render import render_stub, render_vendor_module, yaml_dumper
 from torch_fl.onboarding.routes import HEADER, vendor_first
-from torch_fl.onboarding.writer import Outcome, write_atomically
+from torch_fl.fileio import remove_orphans
+from torch_fl.onboarding.writer import Manifest, Outcome, Planned, apply, digest, locked, write_atomically
 from torch_fl.platform.descriptor import OP_NAME_PATTERN
 from torch_fl.platform.discovery import discover
 from torch_fl.platform.errors import DescriptorError
 from torch_fl.platform.loader import DESCRIPTOR_FILE, load_descriptor
 from torch_fl.routing import table as route_table
 from torch_fl.routing.table import OpRoute, Provenance
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """One vendor kernel added by `kernel add`: what the onboard manifest keeps so onboard redoes it."""
+
+    op: str
+    function: str
+    schema: str
+
+    @classmethod
+    def read(cls, data: Any) -> KernelEntry:
+        try:
+            return cls(str(data["op"]), str(data["function"]), str(data["schema"]))
+        except (KeyError, TypeError):
+            raise OnboardError(f"the onboard manifest has a malformed kernels entry {str(data)[:200]!r}") from None
+
+
+def kernel_entries(manifest: Manifest) -> list[KernelEntry]:
+    """The vendor kernels `kernel add` gave an onboarded platform, in the order they were added."""
+    return [KernelEntry.read(k) for k in manifest.options.get("kernels") or []]
+
+
+@dataclass(frozen=True)
+class KernelFiles:
+    """The three files a vendor kernel touches, as text (routes None: no table yet)."""
+
+    module: str
+    routes: str | None
+    descriptor: str
 
 
 @dataclass(frozen=True)
@@ -117,7 +153,8 @@ def _module_functions(text: str, path: Path) -> tuple[set[str], bool]:
     return functions, imports_torch
 
 
-def _edit_descriptor(text: str, op: str, function: str) -> str:
+def _edit_descriptor(text: str, op: str, function: str) -> str | None:
+    """platform.yaml with `op: function` in kernels.vendor.ops; None when it is there already."""
     yaml = yaml_dumper()
     document = yaml.load(text)
     kernels = document.setdefault("kernels", CommentedMap())
@@ -126,15 +163,18 @@ def _edit_descriptor(text: str, op: str, function: str) -> str:
     vendor = kernels["vendor"]
     if vendor.get("ops") is None:
         vendor["ops"] = CommentedMap()
+    if vendor["ops"].get(op) == function:
+        return None
     vendor["ops"][op] = function
     buffer = io.StringIO()
     yaml.dump(document, buffer)
     return buffer.getvalue()
 
 
-def _routes_text(path: Path, op: str, platform: str) -> str | None:
-    """routes.yaml with `vendor` first for `op`, rendered by the table's own comment-keeping saver."""
-    table = route_table.load(path)
+def _routes_text(text: str | None, path: Path, op: str, platform: str) -> str | None:
+    """routes.yaml (`text`, None when there is none) with `vendor` first for `op`, rendered by the
+    table's own comment-keeping saver; None when it is so already."""
+    table = route_table.parse(text, str(path)) if text is not None else route_table.RouteTable()
     current = table.ops.get(op)
     candidates = vendor_first(list(current.candidates) if current else ["native"])
     if current is not None and current.candidates == candidates:
@@ -145,10 +185,53 @@ def _routes_text(path: Path, op: str, platform: str) -> str | None:
     # edit is validated (and never in a dry run).
     with tempfile.TemporaryDirectory(prefix="torch-fl-kernel-add-") as tmp:
         scratch = Path(tmp) / path.name
-        if path.exists():
-            shutil.copyfile(path, scratch)
+        if text is not None:
+            scratch.write_text(text, encoding="utf-8")
         route_table.save(table, scratch, header=HEADER.format(name=platform))
         return scratch.read_text(encoding="utf-8")
+
+
+def with_kernel(files: KernelFiles, entry: KernelEntry, platform: str, folder: Path, module_name: str,
+                routes_name: str) -> KernelFiles:
+    """`files` with the vendor kernel `entry` added: the stub (unless the module has the function),
+    `vendor` first in the op's route, the op mapped in the descriptor; each result validated."""
+    module_path = folder / module_name
+    functions, imports_torch = _module_functions(files.module, module_path)
+    module = files.module
+    if entry.function not in functions:
+        if not imports_torch:
+            raise OnboardError(f"{module_path} does not `import torch`, which the stub needs; add it and re-run")
+        module = files.module.rstrip("\n") + "\n" + render_stub(entry.op, entry.function, entry.schema)
+        compile(module, str(module_path), "exec")
+    descriptor = _edit_descriptor(files.descriptor, entry.op, entry.function)
+    if descriptor is not None:
+        load_text(descriptor, platform, "platform.yaml after the edit")
+    routes = _routes_text(files.routes, folder / routes_name, entry.op, platform)
+    return KernelFiles(module, files.routes if routes is None else routes,
+                       files.descriptor if descriptor is None else descriptor)
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.exists() else None
+
+
+def _write(folder: Path, platform: str, entry: KernelEntry, changes: list[tuple[Path, str | None, str]],
+           planned: list[Planned], outcomes: list[Outcome]) -> None:
+    """Write the changed files; on an onboarded platform through the manifest (see the module docstring)."""
+    manifest = Manifest.read(folder)
+    remove_orphans([item.path for item in planned] + [folder / ".onboard.json"])
+    if manifest is None or manifest.platform != platform:
+        for item, outcome in zip(planned, outcomes):
+            if outcome.action != "unchanged":
+                write_atomically(item.path, item.text)
+        return
+    files = dict(manifest.files)
+    for path, old, new in changes:
+        if old is None or manifest.wrote(path, old):  # still onboard's own: the edit keeps it so
+            files[manifest.key(path)] = digest(new)
+    kernels = [k for k in kernel_entries(manifest) if k.op != entry.op] + [entry]
+    options = {**manifest.options, "kernels": [vars(k) for k in kernels]}
+    apply(planned, outcomes, Manifest(folder, platform, options, files))
 
 
 def _outcome(path: Path, new: str | None) -> Outcome:
@@ -162,7 +245,12 @@ def add_vendor_kernel(request: KernelAddRequest) -> KernelAddReport:
     sources = discover()
     if request.platform not in sources:
         raise OnboardError(f"unknown platform {request.platform!r}; known platforms: {', '.join(sources) or 'none'}")
-    folder = sources[request.platform].directory
+    folder = Path(sources[request.platform].directory)
+    with nullcontext() if request.dry_run else locked(folder):
+        return _add(request, folder)
+
+
+def _add(request: KernelAddRequest, folder: Path) -> KernelAddReport:
     try:
         descriptor = load_descriptor(folder)
     except DescriptorError as exc:
@@ -186,28 +274,20 @@ def add_vendor_kernel(request: KernelAddRequest) -> KernelAddReport:
         )
     module_path = folder / module_name
     module_text = module_path.read_text(encoding="utf-8") if module_path.exists() else render_vendor_module(descriptor, None, None)
-    functions, imports_torch = _module_functions(module_text, module_path)
-    new_module: str | None = None
-    if function not in functions:
-        if not imports_torch:
-            raise OnboardError(f"{module_path} does not `import torch`, which the stub needs; add it and re-run")
-        new_module = module_text.rstrip("\n") + "\n" + render_stub(op, function, schema)
-        compile(new_module, str(module_path), "exec")
-
     descriptor_path = folder / DESCRIPTOR_FILE
-    new_descriptor: str | None = None
-    if mapped != function:
-        new_descriptor = _edit_descriptor(descriptor_path.read_text(encoding="utf-8"), op, function)
-        load_text(new_descriptor, request.platform, "platform.yaml after the edit")
     routes_path = folder / descriptor.routes.file
-    new_routes = _routes_text(routes_path, op, request.platform)
+    before = KernelFiles(module_text, _read(routes_path), descriptor_path.read_text(encoding="utf-8"))
+    entry = KernelEntry(op, function, schema)
+    after = with_kernel(before, entry, request.platform, folder, module_name, descriptor.routes.file)
+    functions, _ = _module_functions(module_text, module_path)
 
-    planned = [(module_path, new_module), (routes_path, new_routes), (descriptor_path, new_descriptor)]
-    outcomes = [_outcome(path, text) for path, text in planned]
+    # module, routes, then the descriptor that names them
+    changes = [(module_path, module_text if module_path.exists() else None, after.module),
+               (routes_path, before.routes, after.routes), (descriptor_path, before.descriptor, after.descriptor)]
+    planned = [Planned(path, new) for path, _, new in changes]
+    outcomes = [_outcome(path, None if old == new else new) for path, old, new in changes]
     if not request.dry_run:
-        for path, text in planned:  # module, routes, then the descriptor that names them
-            if text is not None:
-                write_atomically(path, text)
+        _write(folder, request.platform, entry, changes, planned, outcomes)
     steps = [
         f"implement {function}() in {module_path} (it receives and returns {descriptor.backing.device} tensors)",
         f"torch-fl conformance run {request.platform} --json",

@@ -13,15 +13,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
 from torch_fl.fileio import write_atomically
+from torch_fl.filelock import hold
 
 MANIFEST_FILE = ".onboard.json"
 MANIFEST_FORMAT = 1
 
 Action = Literal["created", "unchanged", "updated", "skipped-edited"]
+
+
+def locked(folder: Path) -> AbstractContextManager[None]:
+    """The lock of one platform folder (`.NAME.lock` beside it), held by `onboard` and `kernel add`
+    from reading its manifest to writing it: two at once would leave a manifest that no longer
+    matches the files. A second one refuses, naming the first."""
+    return hold(folder.parent / f".{folder.name}.lock", f"torch-fl onboard or kernel add of {folder.name!r}")
 
 
 def digest(text: str) -> str:

@@ -2,7 +2,9 @@
 
 The run itself is a pytest subprocess (torch_fl.conformance.runner); this command only parses the
 selection, shows the outcome, and exits 0 when the run completed (failing cases are results, and
-are in the record; the gate enables exactly what passed), 1 when it did not.
+are in the record; the gate enables exactly what passed), 1 when it did not. `record` is the file
+the run wrote: the record, the partial record beside a complete one (`partial`: a subset run),
+or, for a run that did not complete, its interim record in the run folder.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from torch_fl.cli import app
@@ -49,6 +52,7 @@ def run_cmd(
 ) -> None:
     """Run the conformance suites for platform NAME and write platforms/NAME/records/torch-<line>.json."""
     from torch_fl.conformance.runner import RunOptions, run
+    from torch_fl.filelock import LockHeld
     from torch_fl.platform.errors import PlatformError
 
     options = RunOptions(
@@ -57,13 +61,14 @@ def run_cmd(
     )
     try:
         outcome = run(options)
-    except (ValueError, PlatformError) as exc:
+    except (ValueError, PlatformError, LockHeld) as exc:
         raise fail(str(exc), as_json) from None
     record = outcome.record
     data: dict[str, Any] = {
         "ok": outcome.complete,
         "platform": name,
         "complete": outcome.complete,
+        "partial": outcome.partial,
         "returncode": outcome.returncode,
         "record": str(outcome.record_file),
         "summary": str(outcome.summary_file) if outcome.summary_file.is_file() else None,
@@ -94,9 +99,14 @@ def run_cmd(
         crit = s["ops_criterion"]
         if crit["judged"]:
             console.print(f"ops criterion: {_pct(crit['rate'])} of {crit['judged']} baseline-passing cases pass (target {_pct(crit['target'])})")
-        console.print(f"record: {outcome.record_file}{'' if outcome.complete else ' [yellow](incomplete: --resume continues it)[/]'}")
+        note = ""
+        if not outcome.complete:
+            note = " [yellow](incomplete: --resume continues it)[/]"
+        elif outcome.partial:
+            note = " [yellow](partial: a subset run leaves the complete record beside it as it is)[/]"
+        console.print(f"record: {escape(str(outcome.record_file))}{note}")
         if outcome.summary_file.is_file():
-            console.print(f"summary: {outcome.summary_file}")
+            console.print(f"summary: {escape(str(outcome.summary_file))}")
         console.print(f"wall time: {outcome.wall_s:.0f} s")
         if not outcome.complete:
             err_console.print(f"[bold red]the run did not complete[/] (pytest exit {outcome.returncode}); log: {outcome.log_file}")

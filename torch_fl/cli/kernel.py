@@ -23,12 +23,13 @@ def add_cmd(
 
     The stub delegates to the op's own aten kernel on the backing tensors; replace its body with the chip's kernel. Re-running changes nothing.
     """
+    from torch_fl.filelock import LockHeld
     from torch_fl.onboarding.errors import OnboardError
     from torch_fl.onboarding.vendor import KernelAddRequest, add_vendor_kernel
 
     try:
         report = add_vendor_kernel(KernelAddRequest(name, op, function, dry_run))
-    except OnboardError as exc:
+    except (OnboardError, LockHeld) as exc:
         raise fail(str(exc), as_json, 1, platform=name) from None
     data = report.as_dict()
 

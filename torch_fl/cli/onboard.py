@@ -40,13 +40,14 @@ def onboard_cmd(
 
     Idempotent: a second run reports every file unchanged. A file edited since onboard wrote it is kept and reported as skipped-edited (exit 3) unless --force.
     """
+    from torch_fl.filelock import LockHeld
     from torch_fl.onboarding.errors import OnboardError
     from torch_fl.onboarding.onboard import OnboardRequest, onboard
 
     request = OnboardRequest(chip, like, backing.value if backing else None, root, platforms_dir, force, dry_run)
     try:
         report = onboard(request)
-    except OnboardError as exc:
+    except (OnboardError, LockHeld) as exc:
         raise fail(str(exc), as_json, 1, platform=chip) from None
     data = report.as_dict()
 
