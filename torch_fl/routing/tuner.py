@@ -28,7 +28,7 @@ import torch
 from torch.utils._pytree import tree_map
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torch_fl.conformance.compare import reduction_length, tolerances
+from torch_fl.numerics import reduction_length, tolerances
 from torch_fl.kernels.base import op_name
 from torch_fl.routing.gatekey import call_key
 from torch_fl.routing.runtime import C_PATHS, Router, forced
