@@ -24,7 +24,6 @@ from torch_fl.platform import DescriptorError, load_descriptor
 from torch_fl.platform.discovery import PlatformSource, load_all, shipped_root
 from torch_fl.platform.errors import SelectionError
 from torch_fl.platform.selection import select_platform
-from torch_fl.routing.checks import RoutingError, check_routing
 from torch_fl.routing.table import RouteTableError, parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -178,6 +177,8 @@ def test_broken_route_table_leaves_native_and_cpu_routes(tmp_path):
 
 
 def _problems(descriptor=None) -> list[str]:
+    from torch_fl.routing.checks import check_routing
+
     descriptor = descriptor or load_descriptor(HOST_REF)
     return [str(p) for p in check_routing(descriptor).problems]
 
@@ -214,6 +215,8 @@ def test_route_table_entries_are_checked_with_their_line(tmp_path):
 
 
 def test_strict_makes_routing_problems_errors(monkeypatch):
+    from torch_fl.routing.checks import RoutingError, check_routing
+
     monkeypatch.setenv("FLAGOS_ROUTE_mm", "garbage")
     monkeypatch.setenv("FLAGOS_STRICT", "1")
     with pytest.raises(RoutingError, match="FLAGOS_ROUTE_mm: unknown path 'garbage'"):

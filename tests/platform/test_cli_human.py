@@ -19,11 +19,11 @@ from typer.testing import CliRunner
 
 from torch_fl.cli import _register, app, output as cli_output
 from torch_fl.onboarding.errors import OnboardError
-from torch_fl.onboarding.names import check_name, suggest
+from torch_fl.onboarding.names import check_name
 from torch_fl.onboarding.onboard import next_steps
 from torch_fl.platform import load_platform
 from torch_fl.platform.discovery import shipped_root
-from torch_fl.platform.preflight import preflight, torch_cuda_version
+from torch_fl.platform.preflight import preflight
 from torch_fl.platform.record import Case, Record, current_status, installed_version, record_path
 from torch_fl.platform.versions import minor_line
 
@@ -114,6 +114,8 @@ def test_triage_rerun_command_works_as_printed(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["Bad Name!", "1chip", "Acme-X1", "CPU", "con", "---", "a" * 60, "Nul"])
 def test_suggested_names_are_valid(name):
+    from torch_fl.onboarding.names import suggest
+
     with pytest.raises(OnboardError) as info:
         check_name(name)
     suggestion = suggest(name)
@@ -170,7 +172,7 @@ def test_routes_stats_has_column_headers():
 def test_preflight_needs_a_cuda_build_of_torch_for_a_cuda_backing(monkeypatch):
     import torch
 
-    assert torch_cuda_version() == torch.version.cuda
+    assert PREFLIGHT.torch_cuda_version() == torch.version.cuda
     h200 = load_platform("nvidia_h200")
     monkeypatch.setattr(PREFLIGHT, "torch_cuda_version", lambda: None)
     check = next(c for c in preflight(h200).checks if c.name == "torch cuda build")
