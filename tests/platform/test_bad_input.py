@@ -47,14 +47,16 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
 
-def run_bounded(code: str, env: dict[str, str | None], timeout: float = 240) -> subprocess.CompletedProcess:
-    """Run `code` in a fresh interpreter with at most 3 GiB of address space; a hang fails the test."""
+def run_bounded(code: str, env: dict[str, str | None], timeout: float = 240,
+                limit_memory: bool = True) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter with at most 3 GiB of address space (CUDA reserves more: pass
+    limit_memory=False there); a hang fails the test."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("FLAGOS_")}
     full_env.update({k: v for k, v in env.items() if v is not None})
     full_env["PYTHONUNBUFFERED"] = "1"
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=full_env, capture_output=True, text=True,
-        timeout=timeout, preexec_fn=_limit_memory,
+        timeout=timeout, preexec_fn=_limit_memory if limit_memory else None,
     )
 
 
@@ -283,3 +285,20 @@ def test_platforms_list_with_a_broken_descriptor_says_so(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "no platform's detection rules match this machine" not in result.output
     assert "host_ref could not be loaded" in result.output
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a real CUDA device (runs on the GPU board)")
+def test_failed_activation_on_a_cuda_machine_leaves_cuda_alone():
+    code = """
+        import warnings
+        warnings.simplefilter("always")
+        import torch, torch_fl
+        x = torch.ones(4, device="cuda", requires_grad=True)
+        (x * 2).sum().backward()
+        print("cuda autograd ok", x.grad.sum().item(), hasattr(torch, "flagos"))
+    """
+    result = run_bounded(code, {"FLAGOS_PLATFORM": "nosuch"}, limit_memory=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "cuda autograd ok 8.0 False" in result.stdout
+    assert result.stderr.count("FLAGOS_PLATFORM=nosuch: unknown platform") == 1
