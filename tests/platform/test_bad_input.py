@@ -110,6 +110,9 @@ def test_error_messages_cap_long_values(tmp_path, monkeypatch):
     with pytest.raises(RouteTableError) as info:
         parse(f"ops:\n  aten::mm: {{candidates: [{huge}]}}\n", "routes.yaml")
     assert len(str(info.value)) < 400
+    with pytest.raises(RouteTableError) as info:
+        parse(f"ops:\n  {huge[:1000]}: {{candidates: [native]}}\n", "routes.yaml")  # YAML keys: 1024 at most
+    assert "expected a qualified op name" in str(info.value) and len(str(info.value)) < 400
     monkeypatch.setenv("FLAGOS_PLATFORM", huge)
     with pytest.raises(SelectionError) as selection:
         select_platform()

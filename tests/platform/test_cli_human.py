@@ -272,3 +272,26 @@ def test_onboard_and_kernel_add_human_output(tmp_path, monkeypatch):
     output = human("onboard", "--chip", "acme_x1", "--root", str(tmp_path), "--platforms-dir", str(tmp_path / "plats"))
     assert "platform.yaml" in output and "next steps:" in output and "examples/train_demo.py" in output
     assert "aten::silu" in human("kernel", "add", "acme_x1", "--op", "aten::silu")
+
+
+def _torch_fl(*args: str, cwd: Path, timeout: float = 600) -> str:
+    """The human output of `torch-fl ARGS` run as a command (these commands start worker processes)."""
+    command = [str(Path(sys.executable).with_name("torch-fl")), *args]
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                            env={**__import__("os").environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_routes_tune_dry_run_human_output(tmp_path):
+    output = _torch_fl("routes", "tune", "host_ref", "--dry-run", "--steps", "1", cwd=tmp_path)
+    assert "not written" in output and "ms/step" in output
+
+
+@pytest.mark.slow
+def test_conformance_run_human_output(tmp_path):
+    output = _torch_fl("conformance", "run", "host_ref", "--suite", "ops", "-k", "abs and float32", "--paths", "native",
+                       "-n", "1", "--record-dir", str(tmp_path / "records"), cwd=tmp_path)
+    assert "suite ops" in output and "pass rate" in output
+    assert f"record: {tmp_path / 'records'}" in output

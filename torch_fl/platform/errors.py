@@ -31,6 +31,7 @@ def format_loc(loc: Loc) -> str:
     """`('routes', 'overrides', 'aten::add.Tensor', 0)` -> `routes.overrides["aten::add.Tensor"][0]`."""
     out = ""
     for part in loc:
+        part = part if isinstance(part, int) else clip(part)  # keys are input too: a key can be any size
         if isinstance(part, int):
             out += f"[{part}]"
         elif part.isidentifier():
