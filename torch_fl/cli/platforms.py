@@ -108,7 +108,7 @@ def list_cmd(as_json: bool = JsonOption) -> None:
             table.add_row(row["name"], row["status"], row.get("backing", "-"), _origin(sources[row["name"]]), "yes" if row["active"] else "")
         console.print(table)
         for row in rows:
-            if row["status"] not in ("validated", "invalid") and row["reasons"]:
+            if row["status"] in ("stale", "error") and row["reasons"]:  # "unvalidated" says it all: no record
                 reasons = "; ".join(row["reasons"])
                 console.print(f"{escape(row['name'])} is {row['status']}: {escape(reasons)}", highlight=False,
                               soft_wrap=True)
