@@ -22,7 +22,19 @@ RESERVED: frozenset[str] = frozenset(
         "default", "auto", "none", "all", "platforms", "records", "torch", "torch_fl", "test", "tests",
     }
     | set(KERNEL_SETS)
+    # names Windows reserves for devices: such a folder cannot be created or checked out there
+    | {"con", "prn", "aux", "nul"}
+    | {f"{port}{i}" for port in ("com", "lpt") for i in range(10)}
 )
+
+
+def suggest(name: str) -> str:
+    """A valid platform name close to `name` (lower case, '_' for other characters, not reserved)."""
+    base = re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_") or "chip"
+    if not base[0].isalpha():
+        base = f"chip_{base}"
+    base = base[:MAX_LENGTH].rstrip("_")
+    return f"{base}_chip"[-MAX_LENGTH:] if base in RESERVED else base
 
 
 def check_name(name: str) -> str:
@@ -33,14 +45,13 @@ def check_name(name: str) -> str:
         raise OnboardError(f"{name!r} is a path, not a name; give the folder name only (e.g. my_chip) and "
                            "use --root or --platforms-dir for where to write")
     if name != name.lower():
-        raise OnboardError(f"{name!r} has upper-case letters; platform names are lower case: {name.lower()!r}")
+        raise OnboardError(f"{name!r} has upper-case letters; platform names are lower case, e.g. {suggest(name)!r}")
     if not re.fullmatch(NAME_PATTERN, name):
-        suggestion = re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_")
-        hint = f"; e.g. {suggestion!r}" if suggestion and re.fullmatch(NAME_PATTERN, suggestion) else ""
-        raise OnboardError(f"{name!r} is not a valid platform name: a letter, then letters, digits or _{hint}")
+        raise OnboardError(f"{name!r} is not a valid platform name: a letter, then letters, digits or _; "
+                           f"e.g. {suggest(name)!r}")
     if len(name) > MAX_LENGTH:
-        raise OnboardError(f"{name!r} is longer than {MAX_LENGTH} characters")
+        raise OnboardError(f"{name!r} is longer than {MAX_LENGTH} characters; e.g. {suggest(name)!r}")
     if name in RESERVED:
-        raise OnboardError(f"{name!r} is reserved (a torch device type, an execution path or a torch-fl word); "
-                           "name the chip itself, e.g. acme_x1")
+        raise OnboardError(f"{name!r} is reserved (a torch device type, an execution path, a torch-fl word or a "
+                           f"Windows device name); name the chip itself, e.g. {suggest(name)!r}")
     return name

@@ -141,7 +141,7 @@ def next_steps(name: str, layout: Layout) -> list[str]:
         f"{prefix}torch-fl kernel add {name} --op aten::silu --json",
         f"{prefix}torch-fl conformance run {name} --json",
         f"{prefix}torch-fl triage {name} --json",
-        f"FLAGOS_PLATFORM={name} {prefix}python train.py",
+        f"FLAGOS_PLATFORM={name} {prefix}python examples/train_demo.py --steps 5",
     ]
 
 

@@ -17,6 +17,7 @@ from typing import Optional
 
 from torch_fl import env
 from torch_fl.platform import Gate, PlatformDescriptor, Selection, load_all, select_platform, validate_op_names
+from torch_fl.platform.errors import PlatformError
 
 CONTAINMENT_NOTE = (
     "torch_fl: this machine has a CUDA device, so flagos was not registered in this process: registering a "
@@ -41,6 +42,8 @@ class ActivePlatform:
 
 
 _active: Optional[ActivePlatform] = None
+_failure: Optional[str] = None  # why activation during import failed, reported once
+_warned_broken: set[str] = set()
 
 
 def active_platform() -> Optional[ActivePlatform]:
@@ -80,9 +83,13 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
         # this `import torch` was its first: its backend autoload has just activated a platform
         return activate(name)
     from torch_fl import runtime
+    from torch_fl.routing.checks import check_routing
     from torch_fl.routing.runtime import install as install_routes
+    from torch_fl.routing.table import unreadable_as_empty
+    from torch_fl.runtime import inactive
 
     descriptors, broken = load_all()
+    _warn_broken_once(broken, name or env.get("FLAGOS_PLATFORM"))
     if name is not None:
         if name in broken:
             raise broken[name]
@@ -96,21 +103,35 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
     for key, value in descriptor.environment.variables.items():
         os.environ.setdefault(key, value)  # the user's own setting wins
     gate = Gate.for_platform(descriptor, torch.__version__)
+    routing = check_routing(descriptor)
+    routing.enforce(env.flag("FLAGOS_STRICT"))  # before anything starts: never half-active
     amp_dtypes = [getattr(torch, d) for d in descriptor.capabilities.amp_dtypes]
+    inactive.unregister()
     runtime.start(descriptor.backing.device, descriptor.backing.virtual_devices or 1, amp_dtypes)
     active = ActivePlatform(descriptor, selection, gate)
-    message = gate.warning()
-    if message:
-        active.warnings.append(message)
-        warnings.warn(message, stacklevel=2)
-    install_routes(active)
+    for message in [gate.warning()] + [f"torch_fl: {p}" for p in routing.problems]:
+        if message:
+            active.warnings.append(message)
+            warnings.warn(message, stacklevel=2)
+    with unreadable_as_empty([routing.unreadable_table] if routing.unreadable_table else []):
+        install_routes(active)
     _active = active
     return active
 
 
+def _warn_broken_once(broken: dict[str, PlatformError], chosen: Optional[str]) -> None:
+    """Say once per process which platforms were skipped because their descriptor cannot be read
+    (a chosen one raises its own error instead)."""
+    for name, error in broken.items():
+        if name != chosen and name not in _warned_broken:
+            _warned_broken.add(name)
+            warnings.warn(f"torch_fl: platform {name} skipped: {error}", stacklevel=3)
+
+
 def activate_on_import() -> None:
     """`import torch_fl` and PyTorch's autoload both land here; the containment rule applies."""
-    if _active is not None:
+    global _failure
+    if _active is not None or _failure is not None:
         return
     autoloading = _inside_torch_autoload()
     if not env.get("FLAGOS_PLATFORM") and _real_cuda_present():
@@ -122,8 +143,16 @@ def activate_on_import() -> None:
     except Exception as exc:
         if not autoloading:
             raise
-        # `import torch` must keep working when flagos cannot start; say why once.
+        # `import torch` must keep working when flagos cannot start; say why once, and again, naming
+        # the cause, wherever the program then uses device="flagos" (not on a CUDA machine, where
+        # registering the name would break plain CUDA, see above).
+        _failure = str(exc)
         warnings.warn(f"torch_fl: flagos was not activated during torch's backend autoload: {exc}", stacklevel=3)
+        from torch_fl import runtime
+        from torch_fl.runtime import inactive
+
+        if not runtime.started() and not _real_cuda_present():
+            inactive.register(_failure)
 
 
 def autoload() -> None:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+from pathlib import Path
 
 import pytest
 
@@ -48,9 +50,10 @@ def test_groups_by_fingerprint_largest_first():
     assert [(g.fingerprint, g.category, len(g.cases)) for g in groups] == [("f1", "precision", 2), ("f2", "unsupported-op", 1)]
     first = groups[0].as_dict("demo_chip")
     assert first["dtypes"] == ["float16", "float32"] and first["ops"] == ["aten::silu"]
+    scratch = Path(".conformance-runs/rerun-demo_chip").resolve()
     assert first["rerun"] == (
-        'torch-fl conformance run demo_chip --suite ops --record-dir .conformance-runs/rerun-demo_chip '
-        '-k "silu-float32" --paths native,vendor --json'
+        f"torch-fl conformance run demo_chip --suite ops --record-dir {shlex.quote(str(scratch))} "
+        "-k silu-float32 --paths native,vendor --json"
     )
 
 

@@ -31,10 +31,10 @@ def test_parse_and_bucket_lookup():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("format: 1\nops:\n  aten::mm:\n    candidates: [native, gpu]\n", "unknown kernel set 'gpu'"),
-        ("format: 1\nops:\n  aten::mm:\n    candidates: []\n", "ops.aten::mm.candidates"),
-        ("format: 1\nops:\n  aten::mm:\n    candidate: [native]\n", "ops.aten::mm"),
-        ("format: 1\nops: [\n", "not valid YAML"),
+        ("format: 1\nops:\n  aten::mm:\n    candidates: [native, gpu]\n", "routes.yaml:4: ops[\"aten::mm\"].candidates[1]: unknown path 'gpu'"),
+        ("format: 1\nops:\n  aten::mm:\n    candidates: []\n", "routes.yaml:4: ops[\"aten::mm\"].candidates: "),
+        ("format: 1\nops:\n  aten::mm:\n    candidate: [native]\n", "routes.yaml:4: ops[\"aten::mm\"].candidate: unknown field"),
+        ("format: 1\nops: [\n", "routes.yaml:3: invalid YAML"),
     ],
 )
 def test_errors_name_the_file_and_entry(text, message):

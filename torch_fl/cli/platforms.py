@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from torch_fl.cli import app
@@ -106,13 +107,18 @@ def list_cmd(as_json: bool = JsonOption) -> None:
         for row in rows:
             table.add_row(row["name"], row["status"], row.get("backing", "-"), _origin(sources[row["name"]]), "yes" if row["active"] else "")
         console.print(table)
+        for row in rows:
+            if row["status"] in ("stale", "error") and row["reasons"]:  # "unvalidated" says it all: no record
+                reasons = "; ".join(row["reasons"])
+                console.print(f"{escape(row['name'])} is {row['status']}: {escape(reasons)}", highlight=False,
+                              soft_wrap=True)
         if selection is not None:
-            console.print(f"active: [bold]{selection.name}[/] ({selection.reason})")
+            console.print(f"active: [bold]{selection.name}[/] ({escape(selection.reason)})")
         else:
-            err_console.print(f"[bold red]no active platform:[/] {selection_error}")
+            err_console.print(f"[bold red]no active platform:[/] {escape(str(selection_error))}")
         for row in rows:
             if row["error"]:
-                err_console.print(f"[bold red]invalid descriptor:[/] {row['error']}")
+                err_console.print(f"[bold red]invalid descriptor:[/] {escape(row['error'])}")
 
     emit(data, as_json, human)
 
@@ -142,8 +148,7 @@ def show_cmd(name: str = typer.Argument(..., help="Platform name."), as_json: bo
         table = Table(title=f"{descriptor.display_name} ({name})", show_header=False)
         row = matrix_row(descriptor)
         facts = [
-            ("status", status["status"] + "".join(f"\n  {r}" for r in status["reasons"])),
-            ("descriptor says", descriptor.status),
+            ("status", _status_text(status, descriptor)),
             ("origin", _origin(sources[name])),
             ("folder", str(sources[name].directory)),
             ("boards", row.boards),
@@ -163,6 +168,15 @@ def show_cmd(name: str = typer.Argument(..., help="Platform name."), as_json: bo
         console.print(table)
 
     emit(data, as_json, human)
+
+
+def _status_text(status: dict[str, Any], descriptor: PlatformDescriptor) -> str:
+    """The record's status with its reasons; platform.yaml's own `status` only where it agrees, else as a
+    note that the record decides (the field is a claim, the record is the evidence)."""
+    text = status["status"] + "".join(f"\n  {r}" for r in status["reasons"])
+    if status["status"] != descriptor.status:
+        text += f"\n  (platform.yaml claims {descriptor.status}; the conformance record decides)"
+    return escape(text)
 
 
 def _print_report(report: PreflightReport, selection: Selection | None) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
+from rich.table import Table
 
 from torch_fl.cli import app
 from torch_fl.cli.output import JsonOption, console, emit, fail
@@ -84,8 +85,6 @@ def show(name: str = typer.Argument(..., help="Platform name."), as_json: bool =
     data = {"ok": True, "platform": name, "record": gate.state, "defaults": list(descriptor.routes.defaults), "ops": rows}
 
     def human() -> None:
-        from rich.table import Table
-
         t = Table(title=f"{name}: routes (record {gate.state}; other ops: {', '.join(descriptor.routes.defaults)})")
         for column in ("op", "candidates", "validated", "buckets"):
             t.add_column(column)
@@ -136,8 +135,12 @@ def stats(
     data = {"ok": True, "platform": name, "workload": workload, "steps": steps, "counts": as_dicts(rows)}
 
     def human() -> None:
+        table = Table(title=f"route calls on {name}: {workload}, {steps} step(s)")
+        for column, justify in (("calls", "right"), ("path", "left"), ("op", "left")):
+            table.add_column(column, justify=justify)
         for row in rows:
-            console.print(f"{row.calls:8d}  {row.path:9s} {row.op}")
+            table.add_row(str(row.calls), row.path, row.op)
+        console.print(table)
 
     emit(data, as_json, human)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from torch_fl.cli import app
@@ -40,20 +41,27 @@ def triage_cmd(
 
     def human() -> None:
         s = report["summary"]
-        console.print(f"{name}: {s['cases']} cases, {s['passed']} passed, {s['failing']} failing in {s['groups']} group(s)  [{record}]")
+        # record paths, messages and op names are data: escaped, so rich reads no markup in them
+        console.print(f"{name}: {s['cases']} cases, {s['passed']} passed, {s['failing']} failing in {s['groups']} "
+                      f"group(s)  [dim]{escape(str(Path(record).resolve()))}[/]", soft_wrap=True)
         if report["groups"]:
             table = Table()
             for column in ("kind", "count", "ops", "paths", "message"):
                 table.add_column(column)
             for g in report["groups"]:
                 ops = ", ".join(g["ops"][:4]) + (" ..." if len(g["ops"]) > 4 else "")
-                table.add_row(g["category"], str(g["count"]), ops, ", ".join(g["paths"]), g["message"][:120])
+                table.add_row(*(escape(v) for v in (g["category"], str(g["count"]), ops, ", ".join(g["paths"]),
+                                                      g["message"][:120])))
             console.print(table)
+            console.print("re-run the first case of a group (its record goes to a scratch folder):")
+            for g in report["groups"]:
+                console.print(f"  {escape(g['category'])}: {escape(g['rerun'])}", highlight=False, soft_wrap=True)
         comparison = report.get("comparison")
         if comparison:
             console.print(
-                f"against {comparison['against']}: {len(comparison['new_failures'])} new, "
-                f"{len(comparison['fixed'])} fixed, {len(comparison['still_failing'])} still failing"
+                f"against {escape(str(comparison['against']))}: {len(comparison['new_failures'])} new, "
+                f"{len(comparison['fixed'])} fixed, {len(comparison['still_failing'])} still failing",
+                soft_wrap=True,
             )
 
     emit(report, as_json, human)

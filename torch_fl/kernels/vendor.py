@@ -6,7 +6,6 @@ backing tensors (or write in place / into `out=`), exactly like the backing's at
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -18,17 +17,18 @@ import torch
 from torch_fl.kernels.aliasing import call_on_backing
 from torch_fl.kernels.base import op_name
 from torch_fl.platform import PlatformDescriptor
+from torch_fl.platform.loader import vendor_module_file
 
 
 def load_vendor_module(descriptor: PlatformDescriptor) -> ModuleType:
-    """Import the module the descriptor names: a file next to it, or an importable `pkg.mod`."""
-    spec_text = descriptor.kernels.vendor.module
-    if not spec_text.endswith(".py"):
-        return importlib.import_module(spec_text)
-    path = Path(descriptor.directory) / spec_text
+    """Import the descriptor's vendor module: a regular file inside the platform folder, checked again here
+    because the folder may have changed since the descriptor was loaded."""
+    path = vendor_module_file(descriptor, Path(descriptor.directory))
     name = f"torch_fl_vendor_{descriptor.name}"
     if name in sys.modules:
         return sys.modules[name]
+    if not path.is_file():
+        raise ImportError(f"{path}: the vendor kernel module named by kernels.vendor.module does not exist")
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"{path}: cannot load the vendor kernel module")

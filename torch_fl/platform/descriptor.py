@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from torch_fl.platform.errors import DescriptorError, Issue
+from torch_fl.platform.errors import DescriptorError, Issue, short
 from torch_fl.platform.versions import SPEC_PATTERN
 
 SCHEMA_VERSION = 1
@@ -34,6 +34,8 @@ KERNEL_SETS: tuple[str, ...] = ("native", "flaggems", "vendor", "emulated", "cpu
 """Every execution path, in the order the design lists them; `cpu` is implicit and never declared."""
 RUNTIME_BACKINGS: frozenset[str] = frozenset({"cpu", "cuda"})
 """Backing devices the C++ runtime can drive; descriptors with other backings load as data only."""
+TORCH_FL_PREFIX = "FLAGOS_"
+"""torch-fl's own environment variables (torch_fl.env); a descriptor may not set them."""
 RULE_KINDS: tuple[str, ...] = ("env", "python_module", "path_exists", "cuda_device_name", "always")
 
 BackingDevice = Literal["cpu", "cuda", "npu", "musa", "gcu", "xpu_kunlun", "bpu"]
@@ -159,10 +161,30 @@ class Sdk(_Model):
 
 class Environment(_Model):
     sdk: Sdk | None = None
-    variables: dict[str, str] = Field(default_factory=dict, description="Set in the process before the platform loads.")
+    variables: dict[str, str] = Field(
+        default_factory=dict,
+        description="The vendor stack's variables, set in the process before the platform loads (unless already set); "
+        "torch-fl's own FLAGOS_* settings are the user's and are refused here.",
+        json_schema_extra={"propertyNames": {"not": {"pattern": f"^{TORCH_FL_PREFIX}"}}},
+    )
     python: Annotated[str, StringConstraints(pattern=r"^3\.\d+$")] | None = Field(
         None, description="The one interpreter line the platform's wheels are built for, e.g. '3.12'."
     )
+
+    @model_validator(mode="after")
+    def _no_torch_fl_settings(self) -> Environment:
+        # FLAGOS_* variables select the platform and decide gating and routing (FLAGOS_ALLOW_UNVALIDATED,
+        # FLAGOS_ROUTE_*, ...): a descriptor setting them would enable its own unvalidated kernels.
+        issues = [
+            Issue(f"{short(key)} is a torch-fl setting, the user's to choose (FLAGOS_* variables decide selection, "
+                  "gating and routing); a descriptor sets only its vendor stack's variables",
+                  ("environment", "variables", key))
+            for key in self.variables
+            if key.startswith(TORCH_FL_PREFIX)
+        ]
+        if issues:
+            raise DescriptorError(issues)
+        return self
 
 
 class NativeKernels(_Model):
@@ -182,9 +204,10 @@ class PackagePin(_Model):
 
 
 class VendorKernels(_Model):
-    module: Annotated[
-        str, StringConstraints(pattern=r"^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*|[A-Za-z0-9_./-]+\.py)$")
-    ] = Field(description="A file `name.py` relative to the descriptor's folder, or an importable module `pkg.mod`.")
+    module: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./-]+\.py$")] = Field(
+        description="A file `name.py` inside the descriptor's folder (after resolving links); never an importable module "
+        "name, which would import code from wherever the import path points."
+    )
     package: PackagePin | None = Field(None, description="The distribution that provides the module, when it is installed separately.")
     ops: dict[OpName, Identifier] = Field(
         default_factory=dict, description="aten overload -> function name in the module.", json_schema_extra=_OP_KEYS_ONLY

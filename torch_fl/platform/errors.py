@@ -1,6 +1,7 @@
 """Errors of the platform layer, worded so a person can fix the file they name."""
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,10 +13,25 @@ class PlatformError(Exception):
     """Base of every error the platform layer raises on purpose."""
 
 
+def clip(text: str, limit: int = 60) -> str:
+    """`text` cut to `limit` characters: messages quote input, and input may be any size."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_BOUNDED = reprlib.Repr()
+_BOUNDED.maxstring, _BOUNDED.maxother, _BOUNDED.maxlist, _BOUNDED.maxdict, _BOUNDED.maxlevel = 60, 60, 6, 4, 3
+
+
+def short(value: object, limit: int = 60) -> str:
+    """A repr of `value` of at most `limit` characters, built without rendering all of a huge value."""
+    return clip(_BOUNDED.repr(value), limit)
+
+
 def format_loc(loc: Loc) -> str:
     """`('routes', 'overrides', 'aten::add.Tensor', 0)` -> `routes.overrides["aten::add.Tensor"][0]`."""
     out = ""
     for part in loc:
+        part = part if isinstance(part, int) else clip(part)  # keys are input too: a key can be any size
         if isinstance(part, int):
             out += f"[{part}]"
         elif part.isidentifier():

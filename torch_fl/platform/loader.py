@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from torch_fl.platform.descriptor import OP_NAME_PATTERN, RULE_KINDS, PlatformDescriptor
-from torch_fl.platform.errors import DescriptorError, Issue, Loc
+from torch_fl.platform.errors import DescriptorError, Issue, Loc, short
 from torch_fl.platform.yaml_source import YamlDocument, load_yaml
 
 DESCRIPTOR_FILE = "platform.yaml"
@@ -21,6 +21,9 @@ _NOUNS = {
     "string_type": "a string",
     "int_type": "an integer",
     "int_from_float": "an integer",
+    "int_parsing": "an integer",
+    "float_parsing": "a number",
+    "bool_parsing": "true or false",
     "float_type": "a number",
     "bool_type": "true or false",
     "list_type": "a list",
@@ -28,11 +31,6 @@ _NOUNS = {
     "model_type": "a mapping",
     "model_attributes_type": "a mapping",
 }
-
-
-def _got(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _describe(error: dict[str, Any]) -> str:
@@ -43,21 +41,21 @@ def _describe(error: dict[str, Any]) -> str:
     if kind == "extra_forbidden":
         return f"unknown field {error['loc'][-1]!r}"
     if kind == "literal_error":
-        return f"expected one of {ctx['expected']}; got {_got(value)}"
+        return f"expected one of {ctx['expected']}; got {short(value)}"
     if kind == "string_pattern_mismatch" and ctx.get("pattern") == OP_NAME_PATTERN:
-        return f"bad op name {_got(value)}: expected aten::name or aten::name.overload"
+        return f"bad op name {short(value)}: expected aten::name or aten::name.overload"
     if kind == "string_pattern_mismatch":
-        return f"expected a string matching {ctx['pattern']}; got {_got(value)}"
+        return f"expected a string matching {ctx['pattern']}; got {short(value)}"
     if kind in _NOUNS:
         hint = ""
         if kind == "string_type" and isinstance(value, (int, float)):
             hint = " (quote it: YAML reads 3.10 as the number 3.1)"
-        return f"expected {_NOUNS[kind]}; got {_got(value)}{hint}"
+        return f"expected {_NOUNS[kind]}; got {short(value)}{hint}"
     if kind == "rule_kind":
-        return f"{error['msg']}; got {_got(value)}"
+        return f"{error['msg']}; got {short(value)}"
     message = error["msg"]
     message = message[0].lower() + message[1:] if message else kind
-    return f"{message.removeprefix('value error, ')}; got {_got(value)}"
+    return f"{message.removeprefix('value error, ')}; got {short(value)}"
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> Loc:
@@ -72,9 +70,42 @@ def _clean_loc(loc: tuple[Any, ...]) -> Loc:
     return tuple(out)
 
 
-def _locate(issues: list[Issue], doc: YamlDocument) -> list[Issue]:
+def locate(issues: list[Issue], doc: YamlDocument) -> list[Issue]:
+    """The issues with the line of each one's field in `doc`, in file order."""
     placed = [Issue(i.message, i.loc, i.line or doc.line_of(i.loc)) for i in issues]
     return sorted(placed, key=lambda i: i.line or 0)
+
+
+def validation_issues(exc: ValidationError, doc: YamlDocument) -> list[Issue]:
+    """A pydantic error on `doc`'s data as located issues in a person's words (no pydantic text)."""
+    return locate([Issue(_describe(e), _clean_loc(e["loc"])) for e in exc.errors()], doc)
+
+
+VENDOR_MODULE_LOC: Loc = ("kernels", "vendor", "module")
+
+
+def vendor_module_file(descriptor: PlatformDescriptor, folder: Path) -> Path:
+    """The real path of the descriptor's vendor module in `folder`, or a DescriptorError.
+
+    The module is imported at the first vendor call: after resolving links it must be a regular
+    file inside the platform folder, never code from elsewhere (the working directory, a link's
+    target). A file that does not exist yet is returned as is (onboard validates before writing).
+    """
+    assert descriptor.kernels.vendor is not None
+    path = folder / descriptor.kernels.vendor.module
+    if not path.exists() and not path.is_symlink():
+        return path
+    real = path.resolve()
+    problem = None
+    if not real.is_relative_to(folder.resolve()):
+        problem = f"{descriptor.kernels.vendor.module} resolves to {real}, outside the platform folder"
+    elif not real.is_file():
+        problem = f"{descriptor.kernels.vendor.module} is not a regular file"
+    if problem is not None:
+        issue = Issue(f"{problem}; a vendor module must be a file inside the platform folder", VENDOR_MODULE_LOC)
+        source = descriptor.source_path
+        raise DescriptorError(locate([issue], load_yaml(source)) if source else [issue], file=source)
+    return real
 
 
 def load_descriptor(path: Path | str) -> PlatformDescriptor:
@@ -93,19 +124,21 @@ def load_descriptor(path: Path | str) -> PlatformDescriptor:
     try:
         descriptor = PlatformDescriptor.model_validate(doc.data)
     except ValidationError as exc:
-        issues = [Issue(_describe(e), _clean_loc(e["loc"])) for e in exc.errors()]
-        raise DescriptorError(_locate(issues, doc), file=path) from None
+        raise DescriptorError(validation_issues(exc, doc), file=path) from None
     except DescriptorError as exc:
-        raise DescriptorError(_locate(exc.issues, doc), file=path) from None
+        raise DescriptorError(locate(exc.issues, doc), file=path) from None
     folder = path.resolve().parent.name
     if descriptor.name != folder:
         issue = Issue(f"must equal the folder name {folder!r}; got {descriptor.name!r}", ("name",))
-        raise DescriptorError(_locate([issue], doc), file=path)
+        raise DescriptorError(locate([issue], doc), file=path)
     descriptor._source = path
+    if descriptor.kernels.vendor is not None:
+        vendor_module_file(descriptor, path.parent)
     return descriptor
 
 
-def _op_exists(torch: Any, op: str) -> bool:
+def op_exists(torch: Any, op: str) -> bool:
+    """Whether the installed `torch` has the aten op `aten::name` or overload `aten::name.overload`."""
     name, _, overload = op.partition(".")
     if overload:
         try:
@@ -129,11 +162,11 @@ def validate_op_names(descriptor: PlatformDescriptor) -> None:
     issues = [
         Issue(f"unknown op {op!r}: torch {torch.__version__} has no such operator or overload", loc)
         for loc, op in descriptor.op_names()
-        if not _op_exists(torch, op)
+        if not op_exists(torch, op)
     ]
     if not issues:
         return
     source = descriptor.source_path
     if source is not None and source.exists():
-        issues = _locate(issues, load_yaml(source))
+        issues = locate(issues, load_yaml(source))
     raise DescriptorError(issues, file=source)

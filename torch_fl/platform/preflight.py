@@ -5,7 +5,9 @@ runtime, so it works (and explains itself) exactly where importing them would fa
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -70,6 +72,31 @@ def _sdk(descriptor: PlatformDescriptor) -> Check | None:
     return Check(f"sdk {sdk.name}", ok, f"{sdk.home_env} names the {label} folder", found, hint)
 
 
+def torch_cuda_version() -> str | None:
+    """The CUDA version the installed torch was built with (None for a CPU-only build), read from
+    torch/version.py without importing torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        text = version_file.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    match = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _cuda_build(descriptor: PlatformDescriptor) -> Check | None:
+    if descriptor.backing.device != "cuda" or installed_version("torch") is None:
+        return None
+    cuda = torch_cuda_version()
+    return Check(
+        "torch cuda build", cuda is not None, "a torch built with CUDA", f"CUDA {cuda}" if cuda else "a CPU-only torch",
+        "" if cuda else "this platform's backing is cuda: install a CUDA build of torch (see pytorch.org's install page)",
+    )
+
+
 def preflight(descriptor: PlatformDescriptor) -> PreflightReport:
     """Check interpreter, torch, kernel libraries, required packages, SDK and runtime support."""
     checks: list[Check] = []
@@ -83,6 +110,9 @@ def preflight(descriptor: PlatformDescriptor) -> PreflightReport:
         if check is not None:
             checks.append(check)
     checks.append(_package("torch", descriptor.requirements.torch, "torch is required"))
+    cuda_build = _cuda_build(descriptor)
+    if cuda_build is not None:
+        checks.append(cuda_build)
     gems = descriptor.kernels.flaggems
     if gems is not None and gems.enabled:
         checks.append(_package(gems.package, f"=={gems.version}", "the flaggems kernel set is pinned"))

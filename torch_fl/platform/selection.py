@@ -8,7 +8,7 @@ from torch_fl import env
 from torch_fl.platform.descriptor import PlatformDescriptor
 from torch_fl.platform.detection import Detection, detect
 from torch_fl.platform.discovery import load_all
-from torch_fl.platform.errors import DescriptorError, SelectionError
+from torch_fl.platform.errors import DescriptorError, SelectionError, clip
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,14 @@ def select_platform(
             raise broken[forced]
         if forced not in descriptors:
             known = ", ".join(sorted(descriptors)) or "none"
-            raise SelectionError(f"FLAGOS_PLATFORM={forced}: unknown platform; known platforms: {known}")
+            raise SelectionError(f"FLAGOS_PLATFORM={clip(forced)}: unknown platform; known platforms: {known}")
         return Selection(forced, f"forced by FLAGOS_PLATFORM={forced}", True)
     detections = detect(descriptors) if detections is None else detections
     matched = [d for d in detections if d.matched]
+    if not matched and broken:
+        names = ", ".join(sorted(broken))
+        raise SelectionError(f"{names} could not be loaded (see the error above), and no other platform's detection "
+                             "rules match this machine; fix the descriptor or set FLAGOS_PLATFORM")
     if not matched:
         raise SelectionError("no platform's detection rules match this machine; set FLAGOS_PLATFORM")
     best = matched[0]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,8 @@ from torch_fl.platform.record import (
 )
 from torch_fl.platform.versions import minor_line
 
+SCRATCH_DIR = ".conformance-runs"
+"""Where re-runs of single cases write their records, below the working directory."""
 CATEGORIES = ("unsupported-op", "precision", "crash", "missing-feature", "other")
 
 HINTS = {
@@ -93,14 +96,17 @@ def rerun_command(case: Case, platform: str) -> str:
     """The `torch-fl conformance run` that repeats just this case's item (ids: ops/<opinfo>/<dtype>/<path>...).
 
     Its record goes to a scratch folder: a partial run must not replace the platform's full record.
+    The folder is absolute (below the working directory) and every word shell-quoted, so the command
+    works as printed from anywhere.
     """
     parts = case.id.split("/")
-    words = ["torch-fl", "conformance", "run", platform, "--suite", case.suite, "--record-dir", f".conformance-runs/rerun-{platform}"]
+    scratch = Path(SCRATCH_DIR, f"rerun-{platform}").resolve()
+    words = ["torch-fl", "conformance", "run", platform, "--suite", case.suite, "--record-dir", str(scratch)]
     if case.suite == "ops" and len(parts) >= 3:
-        words += ["-k", f'"{parts[1]}-{parts[2]}"']  # the pytest item is test_op[<opinfo>-<dtype>]
+        words += ["-k", f"{parts[1]}-{parts[2]}"]  # the pytest item is test_op[<opinfo>-<dtype>]
     if case.path:
         words += ["--paths", case.path if case.path == "native" else f"native,{case.path}"]
-    return " ".join(words + ["--json"])
+    return shlex.join(words + ["--json"])
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml as pyyaml
 
-from torch_fl.platform.errors import DescriptorError, Issue, Loc
+from torch_fl.platform.errors import DescriptorError, Issue, Loc, clip
 
 # ruamel.yaml is imported where it is used: a descriptor that loads cleanly never needs it, and
 # importing it costs about 30 ms of `import torch`.
@@ -66,8 +66,48 @@ _FastLoader.add_implicit_resolver(
 )
 
 
+class YamlInputError(ValueError):
+    """Input refused before it is parsed: text that is not UTF-8, or a YAML anchor or alias."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def decode(raw: bytes) -> str:
+    """The UTF-8 text of a file's bytes; other bytes are a YamlInputError naming the line."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise YamlInputError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8", line) from None
+
+
+def refuse_anchors(text: str) -> None:
+    """Raise a YamlInputError at the first anchor or alias.
+
+    Platform files are short and flat, and an alias may expand exponentially (a 1 KB "billion
+    laughs" file is gigabytes of data), so they are refused before anything is constructed.
+    Texts without '&' or '*' cannot hold one and skip the scan, which keeps `import torch` fast.
+    """
+    if "&" not in text and "*" not in text:
+        return
+    try:
+        for event in pyyaml.parse(text, Loader=_FastLoader):
+            name = getattr(event, "anchor", None)
+            if name is not None:
+                raise YamlInputError(
+                    f"YAML anchors and aliases are not allowed (&{clip(name)} / *{clip(name)}); write the value out",
+                    event.start_mark.line + 1,
+                )
+    except pyyaml.YAMLError:
+        return  # a syntax error: the loaders report it with its line
+
+
 def fast_load(text: str) -> Any:
-    """Plain data of a YAML text through libyaml (raises PyYAML's YAMLError on bad input)."""
+    """Plain data of a YAML text through libyaml (raises PyYAML's YAMLError on bad input, and a
+    YamlInputError on an anchor or alias)."""
+    refuse_anchors(text)
     return pyyaml.load(text, Loader=_FastLoader)
 
 
@@ -123,15 +163,26 @@ def _round_trip(path: Path, text: str) -> Any:
         raise DescriptorError(f"invalid YAML: {exc}", file=path) from None
 
 
-def load_yaml(path: Path) -> YamlDocument:
-    """Parse `path`; a syntax error becomes a DescriptorError naming the parser's line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DescriptorError(f"cannot read the file: {exc.strerror or exc}", file=path) from None
+def parse_yaml(text: str, path: Path) -> YamlDocument:
+    """Parse the text of `path`; bad input becomes a DescriptorError naming the file and line."""
     try:
         data = fast_load(text)
+    except YamlInputError as exc:
+        raise DescriptorError([Issue(str(exc), line=exc.line)], file=path) from None
     except pyyaml.YAMLError:
         tree = _round_trip(path, text)  # raises with ruamel's line and wording
         return YamlDocument(path=path, data=_plain(tree), text=text, _tree=tree)
     return YamlDocument(path=path, data=data, text=text)
+
+
+def load_yaml(path: Path) -> YamlDocument:
+    """Read and parse `path`; unreadable or bad input becomes a DescriptorError naming the file and line."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DescriptorError(f"cannot read the file: {exc.strerror or exc}", file=path) from None
+    try:
+        text = decode(raw)
+    except YamlInputError as exc:
+        raise DescriptorError([Issue(str(exc), line=exc.line)], file=path) from None
+    return parse_yaml(text, path)

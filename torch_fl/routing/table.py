@@ -18,15 +18,19 @@ order survive `torch-fl routes tune` and `torch-fl onboard`.
 """
 from __future__ import annotations
 
+import contextlib
 import io
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from torch_fl.fileio import write_atomically
 from torch_fl.platform.descriptor import KERNEL_SETS
-from torch_fl.platform.yaml_source import fast_load
+from torch_fl.platform.errors import DescriptorError, Issue, short
+from torch_fl.platform.loader import locate, validation_issues
+from torch_fl.platform.yaml_source import YamlInputError, decode, parse_yaml
 
 FORMAT = 1
 
@@ -84,39 +88,67 @@ def _yaml() -> Any:
     return yaml
 
 
-def _check_paths(table: RouteTable, where: str) -> None:
+def unknown_path(name: str) -> str | None:
+    """Why `name` is not an execution path, or None when it is one."""
+    if name in KERNEL_SETS:
+        return None
+    return f"unknown path {short(name)}; expected {', '.join(KERNEL_SETS[:-1])} or {KERNEL_SETS[-1]}"
+
+
+def _path_issues(table: RouteTable) -> list[Issue]:
+    issues = []
     for op, route in table.ops.items():
-        names = list(route.candidates) + [b.choice for b in route.buckets]
-        for name in names:
-            if name not in KERNEL_SETS:
-                raise RouteTableError(f"{where}: ops.{op}: unknown kernel set {name!r}; expected one of {list(KERNEL_SETS)}")
         if not op.startswith("aten::") and "::" not in op:
-            raise RouteTableError(f"{where}: ops.{op}: expected a qualified op name such as aten::mm")
+            issues.append(Issue(f"expected a qualified op name such as aten::mm; got {short(op)}", ("ops", op)))
+        places = [(("ops", op, "candidates", i), name) for i, name in enumerate(route.candidates)]
+        places += [(("ops", op, "buckets", i, "choice"), b.choice) for i, b in enumerate(route.buckets)]
+        issues += [Issue(problem, loc) for loc, name in places if (problem := unknown_path(name))]
+    return issues
 
 
 def parse(text: str, where: str) -> RouteTable:
+    """The table in `text`, read from `where`; a RouteTableError names `where:line: field: problem` per problem."""
+    path = Path(where)
     try:
-        data = fast_load(text) or {}  # libyaml: tables are read during `import torch`
-    except Exception:  # noqa: BLE001 - ruamel's parser says what is wrong, and where
+        doc = parse_yaml(text, path)  # libyaml: tables are read during `import torch`
+        data = {} if doc.data is None else doc.data
+        if not isinstance(data, dict):
+            raise DescriptorError([Issue("expected a mapping with format and ops", line=1)], file=path)
         try:
-            data = _yaml().load(text) or {}
-        except Exception as exc:  # ruamel raises several parser error types
-            raise RouteTableError(f"{where}: not valid YAML: {exc}") from None
-    try:
-        table = RouteTable.model_validate(_plain(data))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        path = ".".join(str(p) for p in first["loc"])
-        raise RouteTableError(f"{where}: {path}: {first['msg']}") from None
-    _check_paths(table, where)
+            table = RouteTable.model_validate(_plain(data))
+        except ValidationError as exc:
+            raise DescriptorError(validation_issues(exc, doc), file=path) from None
+        issues = _path_issues(table)
+        if issues:
+            raise DescriptorError(locate(issues, doc), file=path)
+    except DescriptorError as exc:
+        raise RouteTableError(str(exc)) from None
     return table
+
+
+_known_unreadable: ContextVar[frozenset[Path]] = ContextVar("known_unreadable", default=frozenset())
+
+
+@contextlib.contextmanager
+def unreadable_as_empty(paths: Iterable[Path]) -> Iterator[None]:
+    """Within the block `load` reads these tables, found unreadable and reported by the caller, as empty
+    ones: a platform whose table is broken still activates with its descriptor's routes."""
+    token = _known_unreadable.set(frozenset(p.resolve() for p in paths))
+    try:
+        yield
+    finally:
+        _known_unreadable.reset(token)
 
 
 def load(path: Path) -> RouteTable:
     """The table at `path`; a missing file is an empty table (every op uses the defaults)."""
-    if not path.exists():
+    if not path.exists() or path.resolve() in _known_unreadable.get():
         return RouteTable()
-    return parse(path.read_text(), str(path))
+    try:
+        text = decode(path.read_bytes())
+    except YamlInputError as exc:
+        raise RouteTableError(str(DescriptorError([Issue(str(exc), line=exc.line)], file=path))) from None
+    return parse(text, str(path))
 
 
 def _plain(data: Any) -> Any:

@@ -6,6 +6,7 @@ running the build tool, which keeps `import torch` fast.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -15,8 +16,10 @@ import sys
 import sysconfig
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 import torch
+from filelock import FileLock, Timeout
 
 from torch_fl import env
 
@@ -78,6 +81,33 @@ def _check_compiler() -> None:
         )
 
 
+BUILD_TIME = "about 3 minutes on 2 CPU cores, less with more"
+"""What the first import of a new torch/source combination costs, as measured on a 2-core machine."""
+
+
+@contextlib.contextmanager
+def _build_lock(directory: Path) -> Iterator[None]:
+    """Hold the build lock of `directory`; a process that finds it held says it waits, then waits.
+
+    Several processes often start at once (pytest-xdist workers, a DDP launch): one builds, the
+    others wait for it and load its library.
+    """
+    lock = FileLock(str(directory / "build.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        _say(f"torch_fl: another process is building the flagos core in {directory}; waiting for it ({BUILD_TIME})")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def load_core() -> ModuleType:
     """Returns the compiled core, building it first if this torch/source combination is new."""
     directory = build_dir()
@@ -86,18 +116,18 @@ def load_core() -> ModuleType:
         return _import_library(library)
     _check_compiler()
     directory.mkdir(parents=True, exist_ok=True)
-    print(
-        f"torch_fl: building the flagos core for torch {torch.__version__} (once; about a minute) in {directory}",
-        file=sys.stderr,
-        flush=True,
-    )
-    from torch.utils import cpp_extension
+    with _build_lock(directory):
+        if library.exists():  # built by the process this one waited for
+            return _import_library(library)
+        _say(f"torch_fl: building the flagos core for torch {torch.__version__} in {directory} "
+             f"(once per torch version; {BUILD_TIME})")
+        from torch.utils import cpp_extension
 
-    return cpp_extension.load(
-        name=MODULE_NAME,
-        sources=[str(p) for p in sources()],
-        extra_cflags=CFLAGS,
-        build_directory=str(directory),
-        verbose=env.flag("FLAGOS_BUILD_VERBOSE"),
-        is_python_module=True,
-    )
+        return cpp_extension.load(
+            name=MODULE_NAME,
+            sources=[str(p) for p in sources()],
+            extra_cflags=CFLAGS,
+            build_directory=str(directory),
+            verbose=env.flag("FLAGOS_BUILD_VERBOSE"),
+            is_python_module=True,
+        )

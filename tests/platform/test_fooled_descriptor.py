@@ -1,0 +1,111 @@
+"""A descriptor cannot lift its own gate nor import code from outside its folder.
+
+It may not set torch-fl's own FLAGOS_* variables (FLAGOS_ALLOW_UNVALIDATED would enable its own
+unvalidated kernels), and its vendor module is a regular `.py` file inside the platform folder
+after resolving links: a symlink out of the folder or an importable module name is refused with
+file:line:field.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from torch_fl.platform import DescriptorError, load_descriptor
+from torch_fl.platform.discovery import shipped_root
+
+HOST_REF = shipped_root() / "host_ref"
+VENDOR = "kernels:\n  vendor:\n    module: {module}\n    ops: {{aten::relu: relu}}\n"
+
+
+def chip(tmp_path: Path, replace: tuple[str, str] | None = None, append: str = "") -> Path:
+    folder = tmp_path / "platforms" / "evil_chip"
+    shutil.copytree(HOST_REF, folder)
+    path = folder / "platform.yaml"
+    text = path.read_text().replace("name: host_ref", "name: evil_chip")
+    if replace is not None:
+        assert replace[0] in text
+        text = text.replace(*replace)
+    path.write_text(text + append)
+    return folder
+
+
+def line_of(folder: Path, needle: str) -> int:
+    text = (folder / "platform.yaml").read_text()
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def error_of(folder: Path) -> DescriptorError:
+    with pytest.raises(DescriptorError) as info:
+        load_descriptor(folder)
+    return info.value
+
+
+@pytest.mark.parametrize("variable", ["FLAGOS_ALLOW_UNVALIDATED", "FLAGOS_ROUTE_mm", "FLAGOS_ROUTES", "FLAGOS_PLATFORM"])
+def test_descriptor_may_not_set_gating_or_routing_variables(tmp_path, variable):
+    folder = chip(tmp_path, ("variables: {}", f'variables: {{GEMS_VENDOR: nvidia, {variable}: "1"}}'))
+    error = error_of(folder)
+    assert len(error.issues) == 1
+    assert error.line == line_of(folder, "variables:")
+    assert error.field == f"environment.variables.{variable}"
+    assert "torch-fl setting" in error.message
+    assert f"platform.yaml:{error.line}: environment.variables.{variable}: " in str(error)
+
+
+def test_vendor_stack_variables_are_still_allowed(tmp_path):
+    folder = chip(tmp_path, ("variables: {}", "variables: {GEMS_VENDOR: nvidia}"))
+    assert load_descriptor(folder).environment.variables == {"GEMS_VENDOR": "nvidia"}
+
+
+def _with_vendor(tmp_path: Path, module: str) -> Path:
+    folder = chip(tmp_path)
+    text = (folder / "platform.yaml").read_text()
+    start = text.index("kernels:")
+    end = text.index("\n\n", start)
+    (folder / "platform.yaml").write_text(text[:start] + VENDOR.format(module=module) + text[end:])
+    return folder
+
+
+def test_vendor_module_symlinked_out_of_the_folder_is_refused(tmp_path):
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text("def relu(x):\n    return x\n")
+    folder = _with_vendor(tmp_path, "vendor_kernels.py")
+    (folder / "vendor_kernels.py").symlink_to(outside)
+    error = error_of(folder)
+    assert error.field == "kernels.vendor.module" and error.line == line_of(folder, "module: vendor_kernels.py")
+    assert f"resolves to {outside}, outside the platform folder" in error.message
+
+
+def test_vendor_module_that_is_not_a_regular_file_is_refused(tmp_path):
+    folder = _with_vendor(tmp_path, "vendor_kernels.py")
+    (folder / "vendor_kernels.py").mkdir()
+    error = error_of(folder)
+    assert error.field == "kernels.vendor.module" and "is not a regular file" in error.message
+
+
+def test_vendor_module_symlink_inside_the_folder_is_fine(tmp_path):
+    folder = _with_vendor(tmp_path, "vendor_kernels.py")
+    (folder / "real_kernels.py").write_text("def relu(x):\n    return x\n")
+    (folder / "vendor_kernels.py").symlink_to(folder / "real_kernels.py")
+    assert load_descriptor(folder).kernels.vendor.module == "vendor_kernels.py"
+
+
+@pytest.mark.parametrize("module", ["os.path", "evil", "pkg.vendor_kernels"])
+def test_importable_module_names_are_refused(tmp_path, module):
+    folder = _with_vendor(tmp_path, module)
+    error = error_of(folder)
+    assert error.field == "kernels.vendor.module" and error.line == line_of(folder, f"module: {module}")
+
+
+def test_vendor_loader_refuses_a_link_made_after_loading(tmp_path):
+    pytest.importorskip("torch")
+    from torch_fl.kernels.vendor import load_vendor_module
+
+    folder = _with_vendor(tmp_path, "vendor_kernels.py")
+    descriptor = load_descriptor(folder)  # the file does not exist yet: nothing to refuse
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text("raise SystemExit('imported from outside the platform folder')\n")
+    (folder / "vendor_kernels.py").symlink_to(outside)
+    with pytest.raises(DescriptorError, match="outside the platform folder"):
+        load_vendor_module(descriptor)
