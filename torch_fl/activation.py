@@ -97,7 +97,8 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
         os.environ.setdefault(key, value)  # the user's own setting wins
     gate = Gate.for_platform(descriptor, torch.__version__)
     amp_dtypes = [getattr(torch, d) for d in descriptor.capabilities.amp_dtypes]
-    runtime.start(descriptor.backing.device, descriptor.backing.virtual_devices or 1, amp_dtypes)
+    dtypes = [getattr(torch, d) for d in descriptor.capabilities.dtypes]
+    runtime.start(descriptor.backing.device, descriptor.backing.virtual_devices or 1, amp_dtypes, dtypes)
     active = ActivePlatform(descriptor, selection, gate)
     message = gate.warning()
     if message:

@@ -25,8 +25,11 @@ def core() -> ModuleType:
     return device_core.core()
 
 
-def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | None = None) -> ModuleType:
+def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | None = None,
+          dtypes: list[torch.dtype] | None = None) -> ModuleType:
     """Registers the flagos device backed by `backing` ("cpu" or "cuda"). Idempotent.
+
+    `dtypes` are the platform's declared dtypes, reported by torch.accelerator.get_device_capability().
 
     A start that failed part-way can be retried: what completed (the core, which can be set up
     once per process) is kept, and the remaining steps run again.
@@ -39,10 +42,14 @@ def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | N
     if backing not in SUPPORTED_BACKINGS:
         raise RuntimeError(f"this runtime supports the backings {SUPPORTED_BACKINGS}; the platform asks for '{backing}'")
     loaded = _register_device(backing, host_devices, amp_dtypes)
-    from torch_fl.runtime import cuda_alias, distributed, inductor
+    if dtypes:
+        loaded.set_supported_dtypes(dtypes)
+    from torch_fl.runtime import cuda_alias, data_parallel, distributed, inductor, sharing
 
     distributed.register(backing)
     inductor.register(backing)
+    sharing.install()
+    data_parallel.install(backing)
     _core = loaded
     cuda_alias.enable_from_env()
     return loaded

@@ -2,6 +2,7 @@
 #include "backing.h"
 
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
 namespace {
@@ -13,6 +14,7 @@ void init(const std::string& device, int host_devices) {
   register_allocator();
   register_guard();
   register_hooks();
+  register_profiler_stubs();
   register_backing_kernels();
   enable_native_route();
   // PyTorch answers is_pinned() for an accelerator only once that accelerator is marked initialised
@@ -74,4 +76,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reset_route_counts", &reset_route_counts);
   m.def("set_cpu_route", &set_cpu_route, py::arg("op"), py::arg("on"));
   m.def("set_log_cpu_fallback", &set_log_cpu_fallback);
+  m.def("set_supported_dtypes", &set_supported_dtypes, py::arg("dtypes"),
+        "the dtypes torch.accelerator.get_device_capability() reports");
+  m.def("host_bytes", [](const at::Tensor& t) -> py::object {
+    auto bytes = host_bytes(t);
+    return bytes.defined() ? py::cast(bytes) : py::none();
+  }, "the CPU storage a host-backed flagos tensor's storage uses, as a byte tensor (None if it owns its memory)");
+  m.def("move_host_storage", &move_host_storage, py::arg("tensor"), py::arg("cpu_bytes"));
+  m.def("request_lazy_init", [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, true); },
+        "the next flagos tensor creation calls torch.flagos._lazy_init() again");
 }
