@@ -43,7 +43,9 @@ def test_another_process_writes_into_the_same_memory(fl: Any) -> None:
     try:
         tensor = torch.zeros(16, device="flagos")
         queue.put(tensor)
-        assert done.wait(TIMEOUT), f"the other process did not report within {TIMEOUT:.0f} s (exit code {child.exitcode})"
+        assert done.wait(TIMEOUT), (
+            f"the other process did not report within {TIMEOUT:.0f} s (exit code {child.exitcode})"
+        )
         assert torch.equal(tensor.cpu(), torch.ones(16)), "the other process's writes are not in the sender's tensor"
     finally:
         child.join(TIMEOUT)
