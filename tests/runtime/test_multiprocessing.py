@@ -93,6 +93,7 @@ def test_dataloader_workers_yield_flagos_tensors():
                                torch.tensor([float(i * i) for i in range(8)]).repeat_interleave(3).view(8, 3))
 
 
+@pytest.mark.backing_cpu  # within one process: CUDA IPC handles are for other processes
 def test_a_pickled_tensor_shares_memory_with_the_original():
     tensor = torch.arange(6.0, device="flagos")
     copy = ForkingPickler.loads(ForkingPickler.dumps(tensor[2:]))
@@ -101,6 +102,7 @@ def test_a_pickled_tensor_shares_memory_with_the_original():
     torch.testing.assert_close(tensor.cpu(), torch.tensor([0.0, 1.0, 20.0, 30.0, 40.0, 50.0]))
 
 
+@pytest.mark.backing_cpu  # within one process: CUDA IPC handles are for other processes
 def test_a_flagos_storage_travels_as_a_flagos_storage():
     tensor = torch.arange(4, dtype=torch.int32, device="flagos")
     storage = ForkingPickler.loads(ForkingPickler.dumps(tensor.untyped_storage()))
