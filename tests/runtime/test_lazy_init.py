@@ -1,6 +1,7 @@
 """torch.flagos.init() and the fork rules, as torch.cuda's: flagos is initialised by its first use in a
 process (or init()); a child forked after that is in a bad fork, and initialising flagos there raises
-a clear error, on every backing (spawn is the start method that works)."""
+a clear error, on every backing (spawn is the start method that works). On a CUDA backing the first
+use is the activation itself, which creates the CUDA context."""
 from __future__ import annotations
 
 import multiprocessing
@@ -49,6 +50,7 @@ def test_a_child_forked_after_init_cannot_initialise_flagos():
 
 
 @pytest.mark.own_process
+@pytest.mark.backing_cpu  # a CUDA backing's context exists from activation: flagos is initialised there
 def test_first_use_initialises_and_a_fork_before_it_is_fine(run_python):
     result = run_python(
         """

@@ -10,7 +10,7 @@ from types import ModuleType
 import torch
 
 from torch_fl.runtime import build
-from torch_fl.runtime.device import amp, core as device_core, random as device_random
+from torch_fl.runtime.device import amp, core as device_core, management as device_management, random as device_random
 
 BACKEND_NAME = "flagos"
 SUPPORTED_BACKINGS = ("cpu", "cuda")
@@ -75,6 +75,10 @@ def _register_device(backing: str, host_devices: int, amp_dtypes: list[torch.dty
     _enable_autocast_passthrough()
     device_core.bind(loaded, backing)
     device_random._bind_generators()
+    if backing == "cuda":
+        # The backing's context exists from here on (torch.cuda.init() above): flagos is initialised,
+        # and a child forked after this point is in a bad fork, for CUDA and flagos alike.
+        device_management._lazy_init()
     return loaded
 
 

@@ -1,7 +1,8 @@
 """Device management: initialisation, count, current device, selection and synchronisation.
 
 Initialisation follows torch.cuda's rules: the device is registered when the platform activates,
-and flagos counts as initialised from its first use in a process (a flagos tensor, or init()). A
+and flagos counts as initialised from its first use in a process (a flagos tensor, or init(); on a
+CUDA backing, the activation, which creates the CUDA context). A
 child forked after that is in a *bad fork*: the device state it inherited may not be usable there
 (a CUDA backing's context never is), so initialising flagos in it raises, on every backing alike,
 so that a program proven on the host reference platform behaves the same on an accelerator.
