@@ -37,6 +37,8 @@ def install(backing: str) -> None:
 def _for_flagos(original: Callable[..., Any], flagos_impl: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def dispatch(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(tensors, torch.Tensor):
+            tensors = list(tensors)  # looked at twice: an iterator must not lose its first tensor
         first = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
         on_flagos = first is not None and first.device.type == "flagos"
         # A CPU tensor scattered from DataParallel goes to the accelerator, flagos.
