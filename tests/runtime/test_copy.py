@@ -56,6 +56,17 @@ def test_pin_memory_and_is_pinned():
     assert pinned.pin_memory() is pinned  # already pinned
 
 
+def test_a_tensor_inside_pinned_memory_is_pinned():
+    """A tensor whose own storage starts inside a pinned buffer (here made through NumPy) is pinned, as
+    CUDA answers for any address in a pinned allocation."""
+    pinned = torch.arange(64.0).pin_memory()
+    inside = torch.from_numpy(pinned.numpy()[16:48])
+    assert inside.data_ptr() == pinned.data_ptr() + 16 * 4
+    assert inside.is_pinned()
+    assert torch.from_numpy(pinned.numpy()[63:]).is_pinned()
+    assert not torch.from_numpy(torch.arange(64.0).numpy()[16:]).is_pinned()
+
+
 @pytest.mark.parametrize("size", [7, 1 << 16])
 def test_non_blocking_copies(size, same):
     source = torch.randn(size).pin_memory()

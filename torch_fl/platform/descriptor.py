@@ -50,9 +50,10 @@ DType = Literal[
 ]
 AmpDType = Literal["float16", "bfloat16"]
 DistributedBackend = Literal["gloo", "nccl", "hccl", "rccl", "mccl", "flagcx", "bkcl", "none"]
-DistributedFeature = Literal["basic", "ddp", "fsdp2"]
+DistributedFeature = Literal["basic", "ddp", "fsdp2", "data_parallel"]
 CompilePath = Literal["inductor-cpp", "inductor-triton", "flagtree", "vendor-triton", "fx-bpu", "none"]
 ProfilerTracer = Literal["none", "kineto-cpu", "cupti", "roctracer", "mupti", "mspti", "topspti", "mcpti"]
+SharingMechanism = Literal["shared_memory", "cuda_ipc", "none"]
 
 OpName = Annotated[str, StringConstraints(pattern=OP_NAME_PATTERN)]
 VersionSpec = Annotated[str, StringConstraints(pattern=SPEC_PATTERN)]
@@ -257,6 +258,13 @@ class Profiler(_Model):
     tracer: ProfilerTracer = "none"
 
 
+class Sharing(_Model):
+    mechanism: SharingMechanism = Field(
+        "none", description="How flagos tensors reach other processes (torch.multiprocessing, DataLoader workers): "
+        "shared_memory on a host backing, cuda_ipc on a CUDA one, none where they cannot."
+    )
+
+
 class Capabilities(_Model):
     """What the platform claims; conformance checks each claim on the board."""
 
@@ -266,6 +274,7 @@ class Capabilities(_Model):
     distributed: Distributed = Field(default_factory=Distributed)
     compile: Compile = Field(default_factory=Compile)
     profiler: Profiler = Field(default_factory=Profiler)
+    sharing: Sharing = Field(default_factory=Sharing)
 
     @model_validator(mode="after")
     def _amp_in_dtypes(self) -> Capabilities:

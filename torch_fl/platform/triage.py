@@ -53,7 +53,7 @@ _FEATURE_WORDS = re.compile(
     r"\bddp\b|fsdp|\bnccl|\bgloo|\bc10d|torch\.compile|inductor|dynamo|profiler|kineto|pin_memory|pinned",
     re.IGNORECASE,
 )
-_FEATURE_SUITES = frozenset({"amp", "rng", "streams", "events", "ddp", "fsdp", "fsdp2", "distributed", "compile", "profiler", "memory"})
+_FEATURE_SUITES = frozenset({"amp", "rng", "streams", "events", "ddp", "fsdp", "fsdp2", "distributed", "compile", "profiler", "sharing", "memory"})
 _ABSENT = re.compile(r"AttributeError|NotImplemented|not supported|unsupported|has no attribute|not available|not implemented", re.IGNORECASE)
 _UNSUPPORTED = re.compile(
     r"NotImplementedError|could not run|not implemented for|no kernel|missing kernel|does not implement|"

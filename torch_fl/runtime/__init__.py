@@ -10,7 +10,7 @@ from types import ModuleType
 import torch
 
 from torch_fl.runtime import build
-from torch_fl.runtime.device import amp, core as device_core, random as device_random
+from torch_fl.runtime.device import amp, core as device_core, management as device_management, random as device_random
 
 BACKEND_NAME = "flagos"
 SUPPORTED_BACKINGS = ("cpu", "cuda")
@@ -25,8 +25,11 @@ def core() -> ModuleType:
     return device_core.core()
 
 
-def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | None = None) -> ModuleType:
+def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | None = None,
+          dtypes: list[torch.dtype] | None = None) -> ModuleType:
     """Registers the flagos device backed by `backing` ("cpu" or "cuda"). Idempotent.
+
+    `dtypes` are the platform's declared dtypes, reported by torch.accelerator.get_device_capability().
 
     A start that failed part-way can be retried: what completed (the core, which can be set up
     once per process) is kept, and the remaining steps run again.
@@ -39,10 +42,14 @@ def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | N
     if backing not in SUPPORTED_BACKINGS:
         raise RuntimeError(f"this runtime supports the backings {SUPPORTED_BACKINGS}; the platform asks for '{backing}'")
     loaded = _register_device(backing, host_devices, amp_dtypes)
-    from torch_fl.runtime import cuda_alias, distributed, inductor
+    if dtypes:
+        loaded.set_supported_dtypes(dtypes)
+    from torch_fl.runtime import cuda_alias, data_parallel, distributed, inductor, sharing
 
     distributed.register(backing)
     inductor.register(backing)
+    sharing.install()
+    data_parallel.install(backing)
     _core = loaded
     cuda_alias.enable_from_env()
     return loaded
@@ -68,6 +75,10 @@ def _register_device(backing: str, host_devices: int, amp_dtypes: list[torch.dty
     _enable_autocast_passthrough()
     device_core.bind(loaded, backing)
     device_random._bind_generators()
+    if backing == "cuda":
+        # The backing's context exists from here on (torch.cuda.init() above): flagos is initialised,
+        # and a child forked after this point is in a bad fork, for CUDA and flagos alike.
+        device_management._lazy_init()
     return loaded
 
 

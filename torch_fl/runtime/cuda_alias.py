@@ -215,8 +215,8 @@ def _replacements() -> dict[str, Any]:
     flagos = torch.flagos
     return {
         "is_available": lambda: True,
-        "is_initialized": lambda: True,
-        "init": lambda: None,
+        "is_initialized": flagos.is_initialized,
+        "init": flagos.init,
         "device_count": flagos.device_count,
         "current_device": flagos.current_device,
         "set_device": lambda device: flagos.set_device(_flagos_index(device)),

@@ -25,12 +25,20 @@ void delete_storage(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
 // An owning alias keeps the aliased storage alive through its DataPtr context.
 at::Tensor owning_alias(const at::Tensor& t, c10::Device device, c10::DispatchKey key, c10::Allocator* a,
                         bool resizable) {
-  auto* keep = new c10::Storage(t.storage());
-  void* data = keep->mutable_data();
-  return wrap(t, c10::DataPtr(data, keep, &delete_storage, device), keep->nbytes(), key, a, resizable);
+  return wrap(t, hold_storage(t.storage(), device), t.storage().nbytes(), key, a, resizable);
 }
 
 }  // namespace
+
+c10::DataPtr hold_storage(const c10::Storage& s, c10::Device device) {
+  auto* keep = new c10::Storage(s);
+  void* data = keep->mutable_data();
+  return c10::DataPtr(data, keep, &delete_storage, device);
+}
+
+const c10::Storage* held_storage(const c10::DataPtr& dp) {
+  return dp.get_deleter() == &delete_storage ? static_cast<const c10::Storage*>(dp.get_context()) : nullptr;
+}
 
 const Backing& backing() { return g_backing; }
 

@@ -7,6 +7,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Device.h>
+#include <c10/core/DeviceCapability.h>
 #include <c10/core/DispatchKey.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -50,18 +51,36 @@ at::Tensor borrow_as_backing(const at::Tensor& t);
 at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index);
 // A tensor sharing `flagos_storage` with the geometry and dtype of `view` (a backing view).
 at::Tensor rebase_view(const at::Tensor& view, const c10::Storage& flagos_storage);
+// A DataPtr over the bytes of `s`, labelled `device`, that keeps `s` alive (what owning aliases use).
+c10::DataPtr hold_storage(const c10::Storage& s, c10::Device device);
+// The storage a DataPtr made by hold_storage keeps alive; nullptr for any other DataPtr.
+const c10::Storage* held_storage(const c10::DataPtr& dp);
 
 // ---- allocator and memory statistics
 c10::Allocator* flagos_allocator();
 // Wraps a host DataPtr so that its bytes count in the flagos statistics of `index`.
 c10::DataPtr track_host(c10::DataPtr&& inner, size_t nbytes, c10::DeviceIndex index);
+// The DataPtr a tracked host DataPtr wraps (`dp` itself when it is not tracked).
+const c10::DataPtr& untracked(const c10::DataPtr& dp);
 c10::CachingDeviceAllocator::DeviceStats device_stats(c10::DeviceIndex index);
 void reset_peak_stats(c10::DeviceIndex index);
 void reset_accumulated_stats(c10::DeviceIndex index);
 // Grows (or shrinks) a storage's buffer on its device, keeping the common prefix.
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
 c10::Allocator* pinned_host_allocator();
-bool is_pinned_host_ptr(const void* p);
+bool is_pinned_host_ptr(const void* p);  // any address inside a live pinned buffer
+
+// ---- sharing with other processes (sharing.cpp)
+// The CPU storage whose bytes a host-backed flagos tensor's storage uses, as a byte tensor over all
+// of it (undefined when the flagos storage owns plain allocator memory).
+at::Tensor host_bytes(const at::Tensor& t);
+// Copies the flagos storage of `t` into `cpu_bytes` (a CPU buffer at least as large, typically in
+// shared memory) and makes the storage use those bytes from now on.
+void move_host_storage(const at::Tensor& t, const at::Tensor& cpu_bytes);
+
+// ---- device capability (capability.cpp)
+void set_supported_dtypes(const std::vector<c10::ScalarType>& dtypes);
+c10::DeviceCapability device_capability();
 
 // ---- generators (hooks.cpp)
 const at::Generator& default_generator(c10::DeviceIndex index);
@@ -73,6 +92,7 @@ at::Generator backing_generator(const at::Generator& g);
 void register_allocator();
 void register_guard();
 void register_hooks();
+void register_profiler_stubs();
 void register_backing_kernels();
 void enable_native_route();
 

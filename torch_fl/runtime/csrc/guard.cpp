@@ -68,6 +68,7 @@ struct HostGuard final : c10::impl::DeviceGuardImplInterface {
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
   c10::DeviceIndex deviceCount() const noexcept override { return backing().host_devices; }
+  c10::DeviceCapability getDeviceCapability(c10::Device) const override { return device_capability(); }
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream&) const override {}
   void synchronizeEvent(void*) const override {}
@@ -114,9 +115,7 @@ struct ForwardingGuard final : c10::impl::DeviceGuardImplInterface {
   void block(void* e, const c10::Stream& s) const override { b->block(e, on_backing(s)); }
   bool queryEvent(void* e) const override { return b->queryEvent(e); }
   c10::DeviceIndex deviceCount() const noexcept override { return b->deviceCount(); }
-  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
-    return b->getDeviceCapability(to_backing(d));
-  }
+  c10::DeviceCapability getDeviceCapability(c10::Device) const override { return device_capability(); }
   bool queryStream(const c10::Stream& s) const override { return b->queryStream(on_backing(s)); }
   void synchronizeStream(const c10::Stream& s) const override { b->synchronizeStream(on_backing(s)); }
   void synchronizeEvent(void* e) const override { b->synchronizeEvent(e); }

@@ -11,7 +11,8 @@
 #include <array>
 #include <cstring>
 #include <mutex>
-#include <unordered_set>
+#include <iterator>
+#include <map>
 
 #include <unistd.h>
 
@@ -118,15 +119,16 @@ struct FlagosAllocator final : c10::DeviceAllocator {
 FlagosAllocator g_allocator;
 
 // Pinned host memory has no meaning on the host backing, but PyTorch asks for it (pin_memory(),
-// DataLoader); handing out tracked host memory keeps is_pinned() truthful.
+// DataLoader); handing out tracked host memory keeps is_pinned() truthful. Buffers are kept by
+// address range, because a tensor may view any address inside one (as CUDA answers too).
 struct PinnedHostAllocator final : c10::Allocator {
   std::mutex mu;
-  std::unordered_set<const void*> live;
+  std::map<uintptr_t, size_t> live;  // start address -> size in bytes
   static void del(void* p) {
     auto* self = static_cast<PinnedHostAllocator*>(pinned_host_allocator());
     {
       std::lock_guard<std::mutex> g(self->mu);
-      self->live.erase(p);
+      self->live.erase(reinterpret_cast<uintptr_t>(p));
     }
     c10::free_cpu(p);
   }
@@ -134,7 +136,7 @@ struct PinnedHostAllocator final : c10::Allocator {
     void* p = n ? c10::alloc_cpu(n) : nullptr;
     if (p) {
       std::lock_guard<std::mutex> g(mu);
-      live.insert(p);
+      live.emplace(reinterpret_cast<uintptr_t>(p), n);
     }
     return {p, p, &del, c10::Device(c10::DeviceType::CPU)};
   }
@@ -151,8 +153,17 @@ void register_allocator() { c10::SetAllocator(kFlagos, &g_allocator); }
 c10::Allocator* pinned_host_allocator() { return &g_pinned; }
 
 bool is_pinned_host_ptr(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> g(g_pinned.mu);
-  return g_pinned.live.count(p) != 0;
+  auto after = g_pinned.live.upper_bound(address);  // the first buffer starting past p
+  if (after == g_pinned.live.begin()) return false;
+  const auto& [start, size] = *std::prev(after);
+  return address < start + size;
+}
+
+const c10::DataPtr& untracked(const c10::DataPtr& dp) {
+  if (dp.get_deleter() != &delete_tracked) return dp;
+  return static_cast<const TrackedCtx*>(dp.get_context())->inner;
 }
 
 c10::DataPtr track_host(c10::DataPtr&& inner, size_t nbytes, c10::DeviceIndex index) {

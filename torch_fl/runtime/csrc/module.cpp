@@ -3,6 +3,7 @@
 
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
 namespace {
@@ -14,6 +15,7 @@ void init(const std::string& device, int host_devices) {
   register_allocator();
   register_guard();
   register_hooks();
+  register_profiler_stubs();
   register_backing_kernels();
   enable_native_route();
   // PyTorch answers is_pinned() for an accelerator only once that accelerator is marked initialised
@@ -95,4 +97,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("op"), py::arg("spans"), py::arg("composite"),
       "put a C++ filter in front of an op: calls in `spans` reach its PrivateUse2 Python kernel");
+  m.def("set_supported_dtypes", &set_supported_dtypes, py::arg("dtypes"),
+        "the dtypes torch.accelerator.get_device_capability() reports");
+  m.def("host_bytes", [](const at::Tensor& t) -> py::object {
+    auto bytes = host_bytes(t);
+    return bytes.defined() ? py::cast(bytes) : py::none();
+  }, "the CPU storage a host-backed flagos tensor's storage uses, as a byte tensor (None if it owns its memory)");
+  m.def("move_host_storage", &move_host_storage, py::arg("tensor"), py::arg("cpu_bytes"));
+  m.def("request_lazy_init", [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, true); },
+        "the next flagos tensor creation calls torch.flagos._lazy_init() again");
 }

@@ -10,6 +10,7 @@ from torch_fl.runtime.device.management import (
     device_count,
     device_of,
     get_device_name,
+    init,
     is_available,
     is_initialized,
     set_device,
@@ -45,7 +46,7 @@ from torch_fl.runtime.device.streams import Event, Stream, current_stream, defau
 __all__ = [
     "Event", "Stream", "current_device", "current_stream", "default_generators", "default_stream", "device",
     "device_count", "device_of", "empty_cache", "get_amp_supported_dtype", "get_device_name", "get_rng_state",
-    "get_rng_state_all", "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed",
+    "get_rng_state_all", "init", "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed",
     "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
     "memory_reserved", "memory_stats", "reset_accumulated_memory_stats", "reset_peak_memory_stats", "seed",
     "seed_all", "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",

@@ -1,11 +1,24 @@
-"""Device management: count, current device, selection and synchronisation."""
+"""Device management: initialisation, count, current device, selection and synchronisation.
+
+Initialisation follows torch.cuda's rules: the device is registered when the platform activates,
+and flagos counts as initialised from its first use in a process (a flagos tensor, or init(); on a
+CUDA backing, the activation, which creates the CUDA context). A
+child forked after that is in a *bad fork*: the device state it inherited may not be usable there
+(a CUDA backing's context never is), so initialising flagos in it raises, on every backing alike,
+so that a program proven on the host reference platform behaves the same on an accelerator.
+"""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 
 from torch_fl.runtime.device.core import backing, core, index
+
+_initialized = False
+_in_bad_fork = False
+_fork_watch = False
 
 
 def is_available() -> bool:
@@ -13,15 +26,40 @@ def is_available() -> bool:
 
 
 def is_initialized() -> bool:
-    return True
+    return _initialized and not _in_bad_fork
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    return _in_bad_fork
+
+
+def init() -> None:
+    """Initialises flagos in this process; any first use does so too (as torch.cuda.init())."""
+    _lazy_init()
 
 
 def _lazy_init() -> None:
-    """The core is initialised when the platform activates; nothing is left to do lazily."""
+    """Called by PyTorch before the first flagos tensor of a process is made, and by init()."""
+    global _initialized, _fork_watch
+    if is_initialized():
+        return
+    if _in_bad_fork:
+        raise RuntimeError(
+            "Cannot re-initialize flagos in forked subprocess. To use flagos with multiprocessing, "
+            "you must use the 'spawn' start method"
+        )
+    core()  # raises when flagos is not active in this process
+    if not _fork_watch:
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _fork_watch = True
+    _initialized = True
+
+
+def _after_fork_in_child() -> None:
+    global _in_bad_fork
+    if _initialized:
+        _in_bad_fork = True
+        core().request_lazy_init()  # the child's first flagos tensor asks _lazy_init(), which refuses
 
 
 def device_count() -> int:
@@ -29,14 +67,17 @@ def device_count() -> int:
 
 
 def current_device() -> int:
+    _lazy_init()
     return core().current_device()
 
 
 def set_device(device: "torch.device | str | int") -> None:
+    _lazy_init()
     torch._C._accelerator_hooks_set_current_device(index(device))
 
 
 def synchronize(device: "torch.device | str | int | None" = None) -> None:
+    _lazy_init()
     torch._C._accelerator_synchronizeDevice(index(device))
 
 
