@@ -4,11 +4,11 @@
 # to $OUT/<stage>.log. The stages share one deadline (BUDGET seconds from the start, default 570),
 # so that a long conformance run leaves its journal for `--resume` instead of being cut by the
 # caller. Usage: STAGES="tests conformance" bash bench/run_h200.sh
-# The record is a tracked file: copy the one a run leaves in $OUT into the checkout before a later
-# call, or that call starts from the checkout's old record (its journal, being ignored, stays).
+# The record and its evidence are tracked files: copy the ones a run leaves in $OUT into the
+# checkout; an unfinished run leaves its journal in $OUT instead, to carry in .carry/ next time.
 #
 #   tests        runtime, compile, distributed (one GPU), FP8 against the GPU, onboarding --like nvidia_h200
-#   conformance  torch-fl conformance run nvidia_h200 ($CONFORMANCE_ARGS; add --resume to continue)
+#   conformance  torch-fl conformance run nvidia_h200 ($CONFORMANCE_ARGS); a journal in .carry/ is resumed
 #   tune         torch-fl routes tune nvidia_h200 on $TUNE_WORKLOAD (large), $TUNE_ARGS (--include-gemm)
 #   bench        bench/train_step.py: large ($BENCH_ARGS; every variant) unless SKIP_LARGE, and small
 #                (launch-bound; $SMALL_ARGS) unless SKIP_SMALL
@@ -55,9 +55,10 @@ for stage in ${STAGES:-tests}; do
         --timeout 240 -n ${TEST_WORKERS:-8} ${PYTEST_ARGS:-} ${TESTS:-tests/runtime tests/runtime_integrations \
         tests/routing/test_emulated_fp8.py tests/onboarding/test_end_to_end.py::test_onboard_like_nvidia_h200_on_cuda} ;;
     conformance)
-      timeout $(( $(left) - 15 )) torch-fl conformance run nvidia_h200 \
-        ${CONFORMANCE_ARGS:---paths native,flaggems,emulated --suite ops,amp,rng,compile,profiler,model,workload -n 16} --json
-      cp $RECORDS/torch-2.11.json $RECORDS/torch-2.11.md "$OUT/" 2>/dev/null
+      # A journal an earlier call brought back, carried in .carry/, is continued (--resume).
+      resume=; [ -f .carry/torch-2.11.journal.jsonl ] && cp .carry/torch-2.11.journal.jsonl $RECORDS/ && resume=--resume
+      timeout $(( $(left) - 15 )) torch-fl conformance run nvidia_h200 ${CONFORMANCE_ARGS:--n 16} $resume --json
+      cp $RECORDS/torch-2.11.json $RECORDS/torch-2.11.md $RECORDS/torch-2.11.cases.jsonl.gz "$OUT/" 2>/dev/null
       record_complete || cp $RECORDS/torch-2.11.journal.jsonl "$OUT/" ;;
     tune)
       # The tuner measures only candidates the record validated; with an incomplete record it is

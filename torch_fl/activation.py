@@ -85,7 +85,6 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
     from torch_fl import runtime
     from torch_fl.routing.checks import check_routing
     from torch_fl.routing.runtime import install as install_routes
-    from torch_fl.routing.table import unreadable_as_empty
     from torch_fl.runtime import inactive
 
     descriptors, broken = load_all()
@@ -114,8 +113,7 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
         if message:
             active.warnings.append(message)
             warnings.warn(message, stacklevel=2)
-    with unreadable_as_empty([routing.unreadable_table] if routing.unreadable_table else []):
-        install_routes(active)
+    install_routes(active, routing.table, routing.source)
     _active = active
     return active
 

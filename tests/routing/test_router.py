@@ -9,7 +9,6 @@ import warnings
 import pytest
 import torch
 
-import torch_fl
 from torch_fl.routing import explain, forced, set_route, clear_route, stats, strict
 
 

@@ -27,10 +27,12 @@ class RoutingError(PlatformError):
 
 @dataclass
 class RoutingCheck:
-    """The problems found, and the route table in use when it cannot be read (it then counts as empty)."""
+    """The problems found, and the route table to activate with (empty where it cannot be read, so
+    a platform whose table is broken still activates with its descriptor's routes)."""
 
     problems: list[str] = field(default_factory=list)
-    unreadable_table: Optional[Path] = None
+    table: RouteTable = field(default_factory=RouteTable)
+    source: str = "no route table"
 
     def enforce(self, strict: bool) -> None:
         """Raise a RoutingError listing every problem when `strict` (FLAGOS_STRICT=1)."""
@@ -94,16 +96,19 @@ def check_routing(descriptor: PlatformDescriptor) -> RoutingCheck:
     path = overrides.routes_file()
     if path is None:
         path = Path(descriptor.directory or ".") / descriptor.routes.file
-    elif not path.is_file():
-        check.problems.append(f"FLAGOS_ROUTES: {clip(str(path), 200)}: no such file; the route table is empty, "
-                              "so every op takes the descriptor's routes")
-        return check
+        check.source = str(path)
+    else:
+        check.source = f"file {path} (FLAGOS_ROUTES)"
+        if not path.is_file():
+            check.problems.append(f"FLAGOS_ROUTES: {clip(str(path), 200)}: no such file; the route table is empty, "
+                                  "so every op takes the descriptor's routes")
+            return check
     try:
         table = route_table.load(path)
     except RouteTableError as exc:
         check.problems += str(exc).splitlines()
-        check.unreadable_table = path
         return check
+    check.table = table
     issues = _entry_issues(descriptor, table)
     if issues:
         check.problems += str(DescriptorError(locate(issues, load_yaml(path)), file=path)).splitlines()

@@ -14,7 +14,6 @@ import threading
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -22,7 +21,7 @@ import torch
 from torch_fl import env
 from torch_fl.kernels.base import KernelSet, resolve
 from torch_fl.kernels.registry import build_kernel_sets
-from torch_fl.routing import overrides, table as route_table
+from torch_fl.routing import overrides
 from torch_fl.routing.constraints import refusal
 from torch_fl.routing.gatekey import key_function, size_class_bounds
 from torch_fl.routing.table import OpRoute, RouteTable
@@ -177,6 +176,7 @@ class Router:
             current = self.installed.pop(op, None)
             if current is not None:
                 current.library._destroy()
+                current.filter = None  # its C++ filter leaves the op's PrivateUse1 slot
             spans = self.python_spans(plan)
             if spans == []:
                 return
@@ -273,19 +273,12 @@ def router() -> Router:
     return _router
 
 
-def install(active: Any) -> Router:
-    """Build the router for the activated platform and install its Python route kernels."""
+def install(active: Any, table: RouteTable, source: str) -> Router:
+    """Build the router for the activated platform over `table` (read from `source`, checked by
+    torch_fl.routing.checks) and install its Python route kernels."""
     global _router
     from torch_fl.runtime import core
 
-    directory = Path(active.descriptor.directory)
-    file_override = overrides.routes_file()
-    if file_override is not None:
-        table = route_table.load(file_override)
-        source = f"file {file_override} (FLAGOS_ROUTES)"
-    else:
-        table = route_table.load(directory / active.descriptor.routes.file)
-        source = str(directory / active.descriptor.routes.file)
     kernel_sets = build_kernel_sets(active.descriptor)
     core().set_log_cpu_fallback(env.flag("FLAGOS_LOG_FALLBACK"))
     _router = Router(active, kernel_sets, table, source)

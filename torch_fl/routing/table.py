@@ -18,11 +18,9 @@ order survive `torch-fl routes tune` and `torch-fl onboard`.
 """
 from __future__ import annotations
 
-import contextlib
 import io
-from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -126,23 +124,9 @@ def parse(text: str, where: str) -> RouteTable:
     return table
 
 
-_known_unreadable: ContextVar[frozenset[Path]] = ContextVar("known_unreadable", default=frozenset())
-
-
-@contextlib.contextmanager
-def unreadable_as_empty(paths: Iterable[Path]) -> Iterator[None]:
-    """Within the block `load` reads these tables, found unreadable and reported by the caller, as empty
-    ones: a platform whose table is broken still activates with its descriptor's routes."""
-    token = _known_unreadable.set(frozenset(p.resolve() for p in paths))
-    try:
-        yield
-    finally:
-        _known_unreadable.reset(token)
-
-
 def load(path: Path) -> RouteTable:
     """The table at `path`; a missing file is an empty table (every op uses the defaults)."""
-    if not path.exists() or path.resolve() in _known_unreadable.get():
+    if not path.exists():
         return RouteTable()
     try:
         text = decode(path.read_bytes())
