@@ -24,7 +24,8 @@ from torch_fl.onboarding.onboard import next_steps
 from torch_fl.platform import load_platform
 from torch_fl.platform.discovery import shipped_root
 from torch_fl.platform.preflight import preflight
-from torch_fl.platform.record import Case, Record, current_status, installed_version, record_path
+from torch_fl.conformance import recordfile
+from torch_fl.platform.record import Case, current_status, installed_version, record_path
 from torch_fl.platform.versions import minor_line
 
 _register()
@@ -60,15 +61,15 @@ def chip_on_path(tmp_path: Path, monkeypatch, name: str = "demo_chip") -> Path:
 def failing_record(folder: Path) -> Path:
     cases = [
         Case(id="ops/relu/float32/emulated/aten::relu", suite="ops", op="aten::relu", dtype="float32", path="emulated",
-             status="failed", message="[/bold] 3/16 elements differ [red]x[/red] (rtol 1e-5)"),
+             keys=["float32@tiny"], status="failed", message="[/bold] 3/16 elements differ [red]x[/red] (rtol 1e-5)"),
         Case(id="ops/add/float32/native", suite="ops", op="aten::add.Tensor", dtype="float32", path="native",
              status="passed"),
     ]
-    record = Record(platform=folder.name, descriptor_hash="sha256:x", torch=minor_line(installed_version("torch")),
-                    torch_version=installed_version("torch"), started="2026-01-01T00:00:00Z",
-                    finished="2026-01-01T00:01:00Z", complete=True, cases=cases)
-    path = record_path(folder, record.torch)
-    path.write_text(record.model_dump_json())
+    torch_line = minor_line(installed_version("torch"))
+    binding = {"descriptor_hash": "sha256:x", "torch": torch_line, "torch_version": installed_version("torch")}
+    path = record_path(folder, torch_line)
+    header = {"platform": folder.name, "binding": binding, "started": "2026-01-01T00:00:00Z"}
+    recordfile.write_cases(path, header, [c.model_dump() for c in cases])
     return path
 
 
