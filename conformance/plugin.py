@@ -100,7 +100,7 @@ class Controller:
         os.environ["FLAGOS_PLATFORM"] = name  # the workers inherit it and activate this platform
         descriptor = load_platform(name)
         made_here = recordfile.identity(descriptor)
-        self.record_file = _record_file(config, descriptor, made_here["torch"])
+        self.record_file = _record_file(config, descriptor, made_here["binding"]["torch"])
         self.journal_file = journal.journal_path(self.record_file)
         self.run_dir = journal.run_dir(self.record_file)
         workers = config.getoption("numprocesses", None) if distributed else 0
@@ -245,7 +245,9 @@ class Controller:
                                            "workers": self.workers, "exitstatus": int(exitstatus)})
         self.collector.feed(self.reader.new())
         total_wall = sum(s.get("wall_s", 0.0) for s in self.collector.sessions)
-        record = self.merge(complete, recordfile.now(), {"wall_s": round(total_wall, 1)})
+        cases = len(self.collector.cases)
+        rate = round(cases / total_wall, 1) if total_wall > 0 else None
+        record = self.merge(complete, recordfile.now(), {"wall_s": round(total_wall, 1), "cases_per_s": rate})
         self.progress.close()
         if complete or not self.adding:
             summary.write(self.record_file, record)

@@ -64,7 +64,7 @@ def render(record: dict[str, Any]) -> str:
         lines += ["  " + line for line in _run_lines(run)]
         base = run.get("added_to")
     if s.get("wall_s") is not None:
-        lines.append(f"- wall time: {s['wall_s']:.0f} s")
+        lines.append(f"- wall time: {s['wall_s']:.0f} s, {s.get('cases_per_s') or '-'} cases per second")
     lines += [
         "",
         "## Criterion",

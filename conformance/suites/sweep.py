@@ -1,0 +1,469 @@
+"""sweep: every op a platform routes to a path it must prove, at many sizes, layouts and dtype mixes.
+
+One pytest item per op x dtype (the descriptor's dtypes), for each op some gated kernel set
+(flaggems, vendor, emulated) implements; `native` is the reference and `cpu` runs PyTorch's own
+CPU kernels, so neither is swept. The item's cases come from conformance/sizes.py by the op's
+category (conformance/sweepgen.py): sizes around powers of two up to every size class of the gate
+key, every layout (transposed, strided, offset, expanded, channels_last, 0-dim, empty), and dtype
+mixes (a second operand of another dtype or 0-dim, `out=` of another dtype, `dtype=`). Each call
+is made once on the native route and once per path with the same inputs, and the path must:
+
+- give the native values (FlagGems tolerances at the op's dtype, atol scaled by the reduction
+  length; integers, bool and FP8 exact) with the native dtype, shape and strides;
+- leave its inputs as they were; write an in-place `self` and return it, in the same storage;
+  write `out=` and return it; write nothing in the guard elements around an in-place or `out=`
+  target (size cases);
+- give bitwise-equal results on two identical calls where the native route does.
+
+A case is `sweep/<op>/<dtype>/<path>/<case>/<gate key>`: the gate enables the path for exactly
+the keys whose cases passed. A kernel that crashes or hangs fails the key in flight; the item
+goes on with its next case in a fresh worker. Ops without a generator are listed as skipped
+cases `sweep/<op>/-/<path>/not-swept`, with the reason.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+from torch_fl.conformance import compare
+from torch_fl.conformance.sizes import GUARD, HEAVY, LAYOUT_DIMS, LAYOUTS, SIZES
+from torch_fl.conformance.sweepgen import Call, NotSwept, build, category
+from torch_fl.platform.record import GATED_PATHS
+from torch_fl.routing.constraints import refusal
+
+SUITE = "sweep"
+KWARG_VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
+    "aten::_to_copy": ({"dtype": torch.float8_e4m3fn}, {"dtype": torch.float8_e5m2}),
+}
+"""Keyword variants an op's size cases also run with (each a gate key of its own)."""
+LAYOUT_CATEGORIES: dict[str, frozenset[str]] = {
+    "0-dim": frozenset({"elementwise", "reduction"}),
+    "empty": frozenset({"elementwise", "reduction", "norm"}),
+    "channels_last": frozenset({"elementwise", "conv"}),
+}
+"""Layouts that apply to some categories only (the others apply to every category)."""
+FOUR_D = (2, 3, 5, 7)
+"""The elementwise dims of the channels_last case."""
+
+
+# ---- which ops, on which paths
+def _session(config: pytest.Config) -> Any:
+    worker = config.pluginmanager.get_plugin("fl-worker")
+    return worker.ready_session() if worker is not None else None
+
+
+def swept_paths(fl: Any, op: str) -> list[str]:
+    """The gated paths that implement `op` and may run it (selected, not refused by the router)."""
+    return [p for p in sorted(GATED_PATHS) if fl.selected(p) and fl.implements(op, p) and not refusal(op, p)]
+
+
+def swept_ops(fl: Any) -> list[str]:
+    from torch_fl.routing import router
+
+    ops: set[str] = set()
+    for path in GATED_PATHS:
+        kernels = router().kernel_sets.get(path)
+        if kernels is not None and fl.selected(path):
+            ops |= {op for op in kernels.ops() if not refusal(op, path)}
+    return sorted(ops)
+
+
+def _overload(op: str) -> torch._ops.OpOverload:
+    from torch_fl.kernels.base import resolve
+
+    return resolve(op)
+
+
+def _generated(op: str) -> str | None:
+    """Why `op` is not swept (None: it is)."""
+    try:
+        category(_overload(op))
+    except AttributeError:
+        return "not an op of this torch"
+    except NotSwept as exc:
+        return str(exc)
+    return None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "sweep_op" not in metafunc.fixturenames:
+        return
+    params, ids = [], []
+    try:
+        fl = _session(metafunc.config)
+    except RuntimeError:
+        fl = None  # the platform cannot start: the item below fails with the reason
+    if fl is None:
+        metafunc.parametrize(("sweep_op", "dtype"), [("-", "-")], ids=["platform"])
+        return
+    dtypes = list(fl.descriptor.capabilities.dtypes)
+    for op in swept_ops(fl):
+        if _generated(op) is None:
+            params += [(op, d) for d in dtypes]
+            ids += [f"{op}-{d}" for d in dtypes]
+    metafunc.parametrize(("sweep_op", "dtype"), params, ids=ids)
+
+
+def test_not_swept(fl: Any) -> None:
+    """One skipped case per op x path without a generator: the record says what the sweeps miss."""
+    fl.own_cases()
+    for op in swept_ops(fl):
+        why = _generated(op)
+        if why is None:
+            continue
+        for path in swept_paths(fl, op):
+            case_id = f"{SUITE}/{op}/-/{path}/not-swept"
+            if not fl.done(case_id):
+                with fl.case(case_id, SUITE, op=op, path=path) as case:
+                    case.skip(f"not swept: {why}")
+
+
+# ---- the cases of one op x dtype
+@dataclass
+class Spec:
+    """One generated call: dims of its category, and how it departs from the plain call."""
+
+    name: str
+    dims: tuple[int, ...]
+    layout: str | None = None
+    role_dtype: dict[str, torch.dtype] = field(default_factory=dict)  # tensor role -> its dtype
+    zero_dim: frozenset[str] = frozenset()  # tensor roles made 0-dim
+    extra: dict[str, Any] = field(default_factory=dict)  # keyword arguments set
+    out_dtype: torch.dtype | None = None
+    guarded: bool = False
+
+
+def _dims_name(dims: tuple[int, ...]) -> str:
+    return "x".join(map(str, dims))
+
+
+def _tensor_roles(overload: torch._ops.OpOverload) -> list[str]:
+    return [a.name for a in overload._schema.arguments
+            if str(getattr(a, "real_type", a.type)) in ("Tensor", "Optional[Tensor]")
+            and not (a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)]
+
+
+def _has_out(overload: torch._ops.OpOverload) -> bool:
+    return any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write for a in overload._schema.arguments)
+
+
+def _mixes(overload: torch._ops.OpOverload, dtype: torch.dtype) -> list[tuple[str, dict[str, Any]]]:
+    """(name, Spec fields) of the dtype mixes that apply: each a gate key of its own."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    roles = _tensor_roles(overload)
+    if len(roles) >= 2:
+        other = roles[1]
+        if dtype.is_floating_point:
+            out.append((f"{other}=int64", {"role_dtype": {other: torch.int64}}))
+            out.append((f"{other}=float32[]", {"role_dtype": {other: torch.float32}, "zero_dim": frozenset({other})}))
+        else:
+            out.append((f"{other}=bfloat16", {"role_dtype": {other: torch.bfloat16}}))
+    if _has_out(overload):
+        wider = torch.float64 if dtype.is_floating_point or dtype.is_complex else torch.int64
+        if wider != dtype:
+            out.append((f"out={str(wider).removeprefix('torch.')}", {"out_dtype": wider}))
+    names = {a.name for a in overload._schema.arguments}
+    if "dtype" in names and not (dtype.is_floating_point or dtype.is_complex):
+        for target in (torch.int64, torch.float32):
+            out.append((f"dtype={str(target).removeprefix('torch.')}", {"extra": {"dtype": target}}))
+    return out
+
+
+def specs(op: str, overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype) -> list[Spec]:
+    """Every case of `op` in `dtype`: sizes, kwarg variants, layouts, dtype mixes."""
+    floating = dtype.is_floating_point or dtype.is_complex
+    sizes = SIZES[cat] if (floating or cat not in HEAVY) else ()
+    out = []
+    for dims in sizes:
+        out.append(Spec(f"size={_dims_name(dims)}", dims, guarded=True))
+        for extra in KWARG_VARIANTS.get(op, ()):
+            words = ",".join(f"{k}={str(v).removeprefix('torch.')}" for k, v in extra.items())
+            out.append(Spec(f"size={_dims_name(dims)},{words}", dims, extra=dict(extra), guarded=True))
+    for layout in LAYOUTS:
+        if cat in LAYOUT_CATEGORIES.get(layout, frozenset({cat})):
+            dims = FOUR_D if (layout == "channels_last" and cat == "elementwise") else LAYOUT_DIMS[cat]
+            out.append(Spec(f"layout={layout}", dims, layout=layout))
+    for dims in (SIZES[cat] if cat not in HEAVY else (LAYOUT_DIMS[cat],)):
+        for name, fields in _mixes(overload, dtype):
+            out.append(Spec(f"mixed:{name},size={_dims_name(dims)}", dims, **fields))
+    return out
+
+
+# ---- making the inputs (on the CPU, once) and placing them on a device (per run)
+@dataclass
+class Planned:
+    """A tensor argument: values made once on the CPU, laid out by `view` on the device of a run."""
+
+    base: torch.Tensor
+    view: Callable[[torch.Tensor], torch.Tensor]
+    guarded: bool = False  # base is GUARD elements either side of the view
+
+
+def _values(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    magnitude = torch.randint(1, 6, shape, generator=g)  # no zeros: integer division by zero raises
+    if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64):
+        return magnitude.to(dtype)
+    sign = torch.randint(0, 2, shape, generator=g) * 2 - 1
+    return (magnitude * sign).to(dtype)
+
+
+def plan_tensor(shape: tuple[int, ...], dtype: torch.dtype, layout: str | None, guarded: bool,
+                g: torch.Generator) -> tuple[Planned, bool]:
+    """The tensor of logical `shape` in `layout`; also whether the layout applied to it."""
+    n = 1
+    for s in shape:
+        n *= s
+    if guarded:
+        return Planned(_values((GUARD + n + GUARD,), dtype, g), lambda t: t[GUARD:GUARD + n].view(shape), True), False
+    if layout == "transposed" and len(shape) >= 2:
+        swapped = shape[:-2] + (shape[-1], shape[-2])
+        return Planned(_values(swapped, dtype, g), lambda t: t.transpose(-1, -2)), True
+    if layout == "strided" and len(shape) >= 1:
+        wide = shape[:-1] + (2 * shape[-1],)
+        return Planned(_values(wide, dtype, g), lambda t: t[..., ::2]), True
+    if layout == "offset":
+        return Planned(_values((n + 1,), dtype, g), lambda t: t[1:].view(shape)), True
+    if layout == "expanded" and len(shape) >= 1 and shape[0] > 1:
+        return Planned(_values((1,) + shape[1:], dtype, g), lambda t: t.expand(shape)), True
+    if layout == "channels_last" and len(shape) == 4:
+        return Planned(_values(shape, dtype, g), lambda t: t.contiguous(memory_format=torch.channels_last)), True
+    if layout == "0-dim":
+        return Planned(_values((), dtype, g), lambda t: t), True
+    if layout == "empty" and len(shape) >= 1:
+        return Planned(_values((0,) + shape[1:], dtype, g), lambda t: t), True
+    return Planned(_values(shape, dtype, g), lambda t: t), False
+
+
+@dataclass
+class Plan:
+    """A call with planned tensors; `place` makes a fresh copy of it on a device."""
+
+    call: Call
+    overload: torch._ops.OpOverload
+
+    def place(self, device: str) -> tuple[list[Any], dict[str, Any], list[tuple[Planned, torch.Tensor]]]:
+        bases: list[tuple[Planned, torch.Tensor]] = []
+
+        def put(value: Any) -> Any:
+            if isinstance(value, Planned):
+                base = value.base.to(device)
+                bases.append((value, base))
+                return value.view(base)
+            return value
+
+        return [put(a) for a in self.call.args], {k: put(v) for k, v in self.call.kwargs.items()}, bases
+
+
+def make_plan(overload: torch._ops.OpOverload, cat: str, spec: Spec, dtype: torch.dtype, seed: int) -> Plan:
+    """The planned call of `spec`; NotSwept when the spec's layout applies to none of its tensors."""
+    g = torch.Generator().manual_seed(seed)
+    applied = []
+    first = _tensor_roles(overload)[:1]
+    inplace_self = bool(overload._schema.arguments and overload._schema.arguments[0].alias_info is not None
+                        and overload._schema.arguments[0].alias_info.is_write)
+
+    def make(role: str, shape: tuple[int, ...]) -> Planned:
+        if role in spec.zero_dim:
+            shape = ()
+        guarded = spec.guarded and inplace_self and role in first
+        planned, did = plan_tensor(shape, spec.role_dtype.get(role, dtype), spec.layout, guarded, g)
+        applied.append(did)
+        return planned
+
+    call = build(overload, cat, spec.dims, make, spec.extra)
+    if spec.layout is not None and not any(applied):
+        raise NotSwept(f"layout {spec.layout} applies to no input")
+    return Plan(call, overload)
+
+
+# ---- running a call and judging the forced run against the native one
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    flat = t.detach().cpu().reshape(-1).contiguous()
+    return flat.view(torch.uint8) if flat.numel() else flat
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+@dataclass
+class Observed:
+    """One run of a call: its tensor outputs (device tensors), written targets, and what it broke."""
+
+    outputs: list[Any]
+    written: list[torch.Tensor]  # in-place self, or the out= tensors, after the call
+    problems: list[str]
+
+
+def _leaves(result: Any) -> list[Any]:
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _out_buffers(plan: Plan, out_like: list[torch.Tensor], spec: Spec) -> dict[str, Planned]:
+    """Guarded out= targets shaped like the native outputs (in the spec's out dtype, if any)."""
+    g = torch.Generator().manual_seed(7)
+    buffers = {}
+    for (_, name), like in zip(plan.call.out_slots, out_like):
+        dtype = spec.out_dtype or like.dtype
+        buffers[name], _ = plan_tensor(tuple(like.shape), dtype, None, True, g)
+    return buffers
+
+
+def run_call(plan: Plan, outs: dict[str, Planned] | None, judge_inputs: bool,
+             route: Callable[[], Any] = contextlib.nullcontext) -> Observed:
+    """Call the overload on flagos with a fresh copy of the planned arguments, inside `route()`
+    only (the copies and checks around it run on the native route)."""
+    call = plan.call
+    if outs is not None:
+        call = Call(call.args, {**call.kwargs, **outs}, call.out_slots, call.inplace)
+    args, kwargs, bases = Plan(call, plan.overload).place("flagos")
+    targets = [args[0]] if call.inplace else [kwargs[name] for _, name in call.out_slots]
+    target_ids = {id(t) for t in targets}
+    before_inputs = [(i, _bits(a)) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and id(a) not in target_ids]
+    before_bases = [(p, base, _bits(base)) for p, base in bases if p.guarded]
+    storages = [t.untyped_storage().data_ptr() for t in targets]
+    with route():
+        result = plan.overload(*args, **kwargs)
+    problems: list[str] = []
+    leaves = _leaves(result)
+    for i, target in enumerate(targets):
+        what = "self" if call.inplace else f"out {call.out_slots[i][1]!r}"
+        got = leaves[i] if i < len(leaves) else None
+        if not isinstance(got, torch.Tensor) or got.data_ptr() != target.data_ptr():
+            problems.append(f"returned a new tensor, not {what}")
+        if target.untyped_storage().data_ptr() != storages[i]:
+            problems.append(f"{what} got new storage")
+    for p, base, before in before_bases:
+        n_inner = before.numel() - 2 * GUARD * base.element_size()
+        after = _bits(base)
+        edge = GUARD * base.element_size()
+        if not (torch.equal(after[:edge], before[:edge]) and torch.equal(after[edge + n_inner:], before[edge + n_inner:])):
+            problems.append("wrote past the end of its output (guard elements changed)")
+    if judge_inputs:
+        for i, before in before_inputs:
+            if not torch.equal(_bits(args[i]), before):
+                problems.append(f"changed its input {i}")
+    return Observed(leaves, targets, problems)
+
+
+def _is_fp8(dtype: torch.dtype) -> bool:
+    return "float8" in str(dtype)
+
+
+def compare_runs(got: Observed, native: Observed, dtype: torch.dtype, inputs: list[torch.Tensor]) -> list[str]:
+    """Values and metadata of every output and written target of `got` against `native`."""
+    problems: list[str] = []
+    pairs = list(zip(got.outputs, native.outputs)) + list(zip(got.written, native.written))
+    for i, (a, e) in enumerate(pairs):
+        if not isinstance(e, torch.Tensor):
+            why = compare.compare_value(a, e, dtype)
+            if why:
+                problems.append(f"output {i}: {why}")
+            continue
+        if not isinstance(a, torch.Tensor):
+            problems.append(f"output {i}: got {type(a).__name__}, expected a tensor")
+            continue
+        problems += [f"output {i}: {p}" for p in compare.compare_metadata(a, e)]
+        if a.dtype != e.dtype or a.shape != e.shape:
+            continue
+        if _is_fp8(e.dtype):
+            if not _same_bits(a, e):
+                problems.append(f"output {i}: FP8 bits differ from the native route's")
+            continue
+        reduce = compare.reduction_length(inputs, e) if e.dim() else max(1, max((t.numel() for t in inputs), default=1))
+        value_dtype = e.dtype if (e.dtype.is_floating_point or e.dtype.is_complex) else e.dtype
+        why = compare.compare_tensor(a, e.cpu(), value_dtype, reduce)
+        if why:
+            problems.append(f"output {i}: {why}")
+    return problems
+
+
+def _deterministic(first: Observed, second: Observed) -> bool:
+    pairs = list(zip(first.outputs, second.outputs)) + list(zip(first.written, second.written))
+    return all(not isinstance(a, torch.Tensor) or (isinstance(b, torch.Tensor) and _same_bits(a, b)) for a, b in pairs)
+
+
+def _seed(*parts: str) -> int:
+    return zlib.crc32("/".join(parts).encode()) % (2**31)
+
+
+def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
+    fl.own_cases()
+    op = sweep_op
+    overload = _overload(op)
+    cat = category(overload)
+    torch_dtype = getattr(torch, dtype)
+    paths = swept_paths(fl, op)
+    inplace = bool(overload._schema.arguments and overload._schema.arguments[0].alias_info is not None
+                   and overload._schema.arguments[0].alias_info.is_write and not overload._schema.arguments[0].kwarg_only)
+    base_id = f"{SUITE}/{op}/{dtype}"
+    for spec in specs(op, overload, cat, torch_dtype):
+        ids = {p: f"{base_id}/{p}/{spec.name}" for p in paths}
+        todo = [p for p in paths if not fl.done(ids[p])]
+        if not todo:
+            continue
+        try:
+            plan = make_plan(overload, cat, spec, torch_dtype, _seed(op, dtype, spec.name))
+        except NotSwept:
+            continue  # the spec does not apply to this op (a layout on none of its inputs)
+        try:
+            outs = None
+            if plan.call.out_slots:
+                probe = {name: torch.empty(0, dtype=spec.out_dtype or torch_dtype, device="flagos")
+                         for _, name in plan.call.out_slots}
+                probe_args, probe_kwargs, _ = Plan(plan.call, overload).place("flagos")
+                probed = _leaves(overload(*probe_args, **{**probe_kwargs, **probe}))
+                outs = _out_buffers(plan, [t for t in probed if isinstance(t, torch.Tensor)], spec)
+            native = run_call(plan, outs, judge_inputs=not inplace)
+            again = run_call(plan, outs, judge_inputs=False)
+            fl.synchronize()
+        except Exception as exc:  # the native route rejects this call: nothing to compare a path with
+            if spec.layout is None and not spec.name.startswith("mixed"):
+                _skip_all(fl, ids, todo, op, dtype, f"the native route rejects this call: {type(exc).__name__}: "
+                                                    f"{str(exc)[:300]}")
+            continue
+        deterministic = _deterministic(native, again)
+        inputs = [t for t in Plan(plan.call, overload).place("cpu")[0] if isinstance(t, torch.Tensor)]
+        for path in todo:
+            with fl.case(ids[path], SUITE, op=op, dtype=dtype, path=path) as case:
+                fl.recorder.phase(spec.name)
+                forced = functools.partial(fl.forced, op, path)
+                got = run_call(plan, outs, judge_inputs=not inplace, route=forced)
+                second = run_call(plan, outs, judge_inputs=False, route=forced) if deterministic else None
+                fl.synchronize()
+                problems = got.problems + compare_runs(got, native, torch_dtype, inputs)
+                if second is not None and not _deterministic(got, second):
+                    problems.append("not deterministic: two identical calls differ, where the native route's agree")
+                _conclude(case, problems)
+
+
+def _skip_all(fl: Any, ids: dict[str, str], todo: list[str], op: str, dtype: str, why: str) -> None:
+    for path in todo:
+        with fl.case(ids[path], SUITE, op=op, dtype=dtype, path=path) as case:
+            case.skip(why)
+
+
+def _conclude(case: Any, problems: list[str]) -> None:
+    """One verdict for every gate key the forced calls reached."""
+    if problems:
+        status, message = "failed", "; ".join(problems)[:2000]
+    elif not case.keys:
+        status, message = "unjudged", "the forced path was never reached"
+    else:
+        status, message = "passed", ""
+    if status == "failed":
+        case.fail(message)
+    if case.keys:
+        case.by_key = {key: (status, message) for key in case.keys}
+    elif status == "unjudged":
+        case.unjudged(message)
