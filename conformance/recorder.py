@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from torch_fl.conformance import journal
 from torch_fl.conformance.fingerprint import fingerprint
+from torch_fl.platform.record import FAILING
 
 # Errors after which a CUDA context is unusable: every later case in the process would fail too.
 STICKY_ERRORS = (
@@ -132,6 +133,7 @@ class Recorder:
         faulthandler.enable(file=self._trace, all_threads=True)
         self._reader = journal.Reader(journal_file)
         self.done_cases: dict[str, str] = {}
+        self.failed_keys: set[tuple[str, str, str]] = set()  # (op, path, gate key) of failing cases so far
         self.done_items: set[str] = set()
         self._warm: set[tuple[str | None, str | None, str | None]] = set()
         self.item: str | None = None
@@ -147,11 +149,16 @@ class Recorder:
     def refresh(self) -> None:
         for entry in self._reader.new():
             if entry.get("kind") == "case":
+                self._note_failure(entry)
                 self.done_cases[entry["id"]] = entry.get("status", "")
                 if entry.get("run"):
                     self.done_cases[entry["run"]] = entry.get("status", "")
             elif entry.get("kind") == "item":
                 self.done_items.add(entry["item"])
+
+    def _note_failure(self, entry: dict[str, Any]) -> None:
+        if entry.get("status") in FAILING and entry.get("op") and entry.get("path"):
+            self.failed_keys.update((entry["op"], entry["path"], key) for key in entry.get("keys") or ())
 
     def is_done(self, case_id: str) -> bool:
         return case_id in self.done_cases
@@ -204,6 +211,7 @@ class Recorder:
         assert self.item is not None
         for entry in case.entries(self.item):
             journal.append(self.journal_file, entry)
+            self._note_failure(entry)
             self.done_cases[entry["id"]] = entry["status"]
         self.done_cases[case.id] = case.status
 

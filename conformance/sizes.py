@@ -33,6 +33,13 @@ SIZES: dict[str, tuple[tuple[int, ...], ...]] = {
 }
 """Category -> the dims of each size case (see the module docstring for what the dims are)."""
 
+MIXED_SIZES: dict[str, tuple[tuple[int, ...], ...]] = {
+    "elementwise": ((255,), (4095,), (65535,), (1048575,), (1048577,)),
+    "reduction": SIZES["reduction"],
+}
+"""Category -> the sizes the dtype-mix cases run at: one per size class where the sizes are cheap;
+the compute-heavy categories run their mixes at LAYOUT_DIMS only."""
+
 LAYOUT_DIMS: dict[str, tuple[int, ...]] = {
     "elementwise": (33, 17),
     "reduction": (33, 17),
