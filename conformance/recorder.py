@@ -143,6 +143,7 @@ class Recorder:
         self.current: CaseInfo | None = None
         self._phase: Any = None
         self._deadline = 0.0
+        self._started, self._limit = 0.0, 0.0
         self.refresh()
 
     # ---- what is already recorded (resume, and the re-run of an item after a crash)
@@ -164,7 +165,10 @@ class Recorder:
         return case_id in self.done_cases
 
     # ---- in-flight marker and watchdog
-    def _mark(self, case: CaseInfo, timeout: float, item_level: bool = False) -> None:
+    def _mark(self, case: CaseInfo, timeout: float, item_level: bool = False, since: float | None = None,
+              limit: float | None = None) -> None:
+        """Point the marker at `case` and arm the watchdog for `timeout` s; a re-mark within a case
+        keeps the case's start (`since`) and limit, which the report of a hang states."""
         assert self.item is not None
         marker = {
             "item": self.item,
@@ -172,8 +176,8 @@ class Recorder:
             "case": {"id": case.id, "suite": case.suite, "op": case.op, "dtype": case.dtype, "path": case.path,
                      "keys": list(case.keys)[-1:]},
             "item_level": item_level,
-            "started": time.time(),
-            "timeout": timeout,
+            "started": since if since is not None else time.time(),
+            "timeout": limit if limit is not None else timeout,
             "trace": str(self.trace_path),
             "trace_offset": self._trace.tell(),
             "pid": os.getpid(),
@@ -229,7 +233,7 @@ class Recorder:
         if phases is None:
             phases = case.keys[key] = set()
             # the in-flight key changed: a crash from here on is charged to it (same deadline)
-            self._mark(case, max(1.0, self._deadline - time.monotonic()))
+            self._mark(case, max(1.0, self._deadline - time.monotonic()), since=self._started, limit=self._limit)
         phases.add(self._phase)
 
     @contextmanager
@@ -247,6 +251,7 @@ class Recorder:
         self.used_cases = True
         limit = timeout if timeout is not None else self.timeout_for(op, dtype, path)
         self._deadline = time.monotonic() + limit
+        self._started, self._limit = time.time(), limit
         self._mark(case, limit)
         self.current, self._phase = case, None
         start = time.perf_counter()

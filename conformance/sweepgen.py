@@ -109,6 +109,14 @@ class Call:
     inplace: bool = False  # the first argument is written and returned
 
 
+def writes_self(overload: torch._ops.OpOverload) -> bool:
+    """Whether the overload is in place: its first (positional) argument is written."""
+    first = overload._schema.arguments[0] if overload._schema.arguments else None
+    if first is None or first.kwarg_only or first.alias_info is None:
+        return False
+    return bool(first.alias_info.is_write)
+
+
 Maker = Callable[[str, tuple[int, ...]], torch.Tensor]
 
 
@@ -117,7 +125,7 @@ def build(overload: torch._ops.OpOverload, cat: str, dims: tuple[int, ...], make
     """The call of `overload` at `dims`: tensors from make(role, shape), out= tensors left None."""
     packet = overload._schema.name.split("::", 1)[1]
     shape_of = tensor_shapes(cat, packet, dims)
-    call = Call([], {})
+    call = Call([], {}, inplace=writes_self(overload))
     extra = dict(extra or {})
     for arg in overload._schema.arguments:
         kind = str(getattr(arg, "real_type", arg.type))
@@ -141,8 +149,6 @@ def build(overload: torch._ops.OpOverload, cat: str, dims: tuple[int, ...], make
             value = 2
         else:
             value = _number(arg.name, cat, dims)
-        if writes and not call.args and not arg.kwarg_only:
-            call.inplace = True
         if arg.kwarg_only:
             call.kwargs[arg.name] = value
         else:

@@ -33,7 +33,7 @@ import pytest
 import torch
 from torch_fl.conformance import compare
 from torch_fl.conformance.sizes import GUARD, HEAVY, LAYOUT_DIMS, LAYOUTS, MIXED_SIZES, SIZES
-from torch_fl.conformance.sweepgen import Call, NotSwept, build, category
+from torch_fl.conformance.sweepgen import Call, NotSwept, build, category, writes_self
 from torch_fl.platform.record import GATED_PATHS
 from torch_fl.routing.constraints import refusal
 from torch_fl.routing.gatekey import call_key
@@ -270,8 +270,7 @@ def make_plan(overload: torch._ops.OpOverload, cat: str, spec: Spec, dtype: torc
     g = torch.Generator().manual_seed(seed)
     applied = []
     first = _tensor_roles(overload)[:1]
-    inplace_self = bool(overload._schema.arguments and overload._schema.arguments[0].alias_info is not None
-                        and overload._schema.arguments[0].alias_info.is_write)
+    inplace_self = writes_self(overload)
 
     def make(role: str, shape: tuple[int, ...]) -> Planned:
         if role in spec.zero_dim:
@@ -332,8 +331,9 @@ def run_call(plan: Plan, outs: dict[str, Planned] | None, judge_inputs: bool,
     args, kwargs, bases = Plan(call, plan.overload).place("flagos")
     targets = [args[0]] if call.inplace else [kwargs[name] for _, name in call.out_slots]
     target_ids = {id(t) for t in targets}
-    before_inputs = [(i, _bits(a)) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and id(a) not in target_ids]
-    before_bases = [(p, base, _bits(base)) for p, base in bases if p.guarded]
+    before_inputs = [(i, _bits(a)) for i, a in enumerate(args)
+                     if isinstance(a, torch.Tensor) and id(a) not in target_ids]
+    before_bases = [(base, _bits(base)) for planned, base in bases if planned.guarded]
     storages = [t.untyped_storage().data_ptr() for t in targets]
     with route():
         result = plan.overload(*args, **kwargs)
@@ -346,11 +346,10 @@ def run_call(plan: Plan, outs: dict[str, Planned] | None, judge_inputs: bool,
             problems.append(f"returned a new tensor, not {what}")
         if target.untyped_storage().data_ptr() != storages[i]:
             problems.append(f"{what} got new storage")
-    for p, base, before in before_bases:
-        n_inner = before.numel() - 2 * GUARD * base.element_size()
+    for base, before in before_bases:
+        edge = GUARD * base.element_size()  # bytes of guard on each side
         after = _bits(base)
-        edge = GUARD * base.element_size()
-        if not (torch.equal(after[:edge], before[:edge]) and torch.equal(after[edge + n_inner:], before[edge + n_inner:])):
+        if not (torch.equal(after[:edge], before[:edge]) and torch.equal(after[-edge:], before[-edge:])):
             problems.append("wrote past the end of its output (guard elements changed)")
     if judge_inputs:
         for i, before in before_inputs:
@@ -384,8 +383,7 @@ def compare_runs(got: Observed, native: Observed, dtype: torch.dtype, inputs: li
                 problems.append(f"output {i}: FP8 bits differ from the native route's")
             continue
         reduce = compare.reduction_length(inputs, e) if e.dim() else max(1, max((t.numel() for t in inputs), default=1))
-        value_dtype = e.dtype if (e.dtype.is_floating_point or e.dtype.is_complex) else e.dtype
-        why = compare.compare_tensor(a, e.cpu(), value_dtype, reduce)
+        why = compare.compare_tensor(a, e.cpu(), e.dtype, reduce)
         if why:
             problems.append(f"output {i}: {why}")
     return problems
@@ -409,8 +407,7 @@ def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
     cat = category(overload)
     torch_dtype = getattr(torch, dtype)
     paths = swept_paths(fl, op)
-    inplace = bool(overload._schema.arguments and overload._schema.arguments[0].alias_info is not None
-                   and overload._schema.arguments[0].alias_info.is_write and not overload._schema.arguments[0].kwarg_only)
+    inplace = writes_self(overload)
     base_id = f"{SUITE}/{op}/{dtype}"
     for spec in specs(op, overload, cat, torch_dtype):
         ids = {p: f"{base_id}/{p}/{spec.name}" for p in paths}

@@ -8,6 +8,7 @@ enable exactly the vendor routes whose cases all passed.
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,17 @@ ITEMS = ["abs-float32", "exp-float32", "mul-float16", "mul-float32", "sin-float3
 
 @pytest.fixture(scope="module")
 def broken_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    records = tmp_path_factory.mktemp("broken") / "records"
+    # a copy of the fixture, so its record lands beside the sources it binds
+    plats = tmp_path_factory.mktemp("plats")
+    shutil.copytree(FIXTURES / "broken_chip", plats / "broken_chip")
     selection = " or ".join(f"test_op[{item}]" for item in ITEMS)
     out = conformance(
-        ["broken_chip", "--suite", "ops", "-k", selection, "--paths", "native,vendor", "-n", "2",
-         "--timeout", "5", "--record-dir", str(records)],
-        run_env(FLAGOS_PLATFORM_PATH=str(FIXTURES)),
+        ["broken_chip", "--suite", "ops", "-k", selection, "--paths", "native,vendor", "-n", "2", "--timeout", "5"],
+        run_env(FLAGOS_PLATFORM_PATH=str(plats)),
         timeout=900,
     )
-    return {"out": out, "records": records, "cases": cases_by_id(Path(out["record"]))}
+    records = plats / "broken_chip" / "records"
+    return {"out": out, "records": records, "plats": plats, "cases": cases_by_id(Path(out["record"]))}
 
 
 FAILING = ("crashed", "timeout", "failed", "error")
@@ -115,9 +118,10 @@ def test_correct_kernel_passes(broken_run):
 
 def test_gate_enables_exactly_the_passed_vendor_combinations(broken_run):
     from torch_fl.platform import Gate, load_platform, record_status
+    from torch_fl.platform.discovery import discover
     from torch_fl.platform.record import installed_version
 
-    descriptor = load_platform("broken_chip", _sources())
+    descriptor = load_platform("broken_chip", discover(str(broken_run["plats"])))
     status = record_status(descriptor, broken_run["records"].parent, installed_version("torch"), {})
     assert status.state == "valid", status.reasons
     gate = Gate(descriptor, status)
@@ -132,8 +136,3 @@ def test_gate_enables_exactly_the_passed_vendor_combinations(broken_run):
         assert gate.allows(op, key, "vendor") == passed, (op, key, passed)
     assert not gate.allows("aten::relu", "float16@tiny", "vendor"), "a key never run must stay disabled"
 
-
-def _sources():
-    from torch_fl.platform.discovery import discover
-
-    return discover(str(FIXTURES))
