@@ -20,6 +20,7 @@ CATEGORY_BY_PACKET: dict[str, str] = {
     **dict.fromkeys(("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
                      "_scaled_dot_product_flash_attention", "scaled_dot_product_attention"), "attention"),
     **dict.fromkeys(("convolution", "conv2d", "_convolution"), "conv"),
+    **dict.fromkeys(("cumsum", "cumprod", "logcumsumexp"), "reduction"),  # scans along the last dim
     "_to_copy": "elementwise",
 }
 """Packets whose category their tags do not say (aten tags only pointwise ops and reductions)."""
@@ -36,12 +37,12 @@ class NotSwept(Exception):
 
 def category(overload: torch._ops.OpOverload) -> str:
     """The overload's category, or NotSwept with the reason it has none."""
+    packet = overload._schema.name.split("::", 1)[1]
+    if packet in CATEGORY_BY_PACKET:
+        return CATEGORY_BY_PACKET[packet]  # attention is tagged random for its dropout; swept with none
     for tag, why in NOT_SWEPT_TAGS.items():
         if getattr(torch.Tag, tag, None) in overload.tags:
             raise NotSwept(why)
-    packet = overload._schema.name.split("::", 1)[1]
-    if packet in CATEGORY_BY_PACKET:
-        return CATEGORY_BY_PACKET[packet]
     if torch.Tag.pointwise in overload.tags:
         return "elementwise"
     if getattr(torch.Tag, "reduction", None) in overload.tags:
@@ -143,8 +144,8 @@ def build(overload: torch._ops.OpOverload, cat: str, dims: tuple[int, ...], make
                     continue
                 raise NotSwept(f"tensor argument {arg.name!r}: no shape for it in the {cat} generator")
             value = make(arg.name, shape)
-        elif arg.has_default_value():
-            continue
+        elif arg.has_default_value() and not (cat == "reduction" and arg.name == "dim"):
+            continue  # defaults are the plain call; a reduction is swept over its last dim
         elif kind == "Scalar":
             value = 2
         else:

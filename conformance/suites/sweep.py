@@ -49,6 +49,8 @@ LAYOUT_CATEGORIES: dict[str, frozenset[str]] = {
     "channels_last": frozenset({"elementwise", "conv"}),
 }
 """Layouts that apply to some categories only (the others apply to every category)."""
+ROLE_DTYPES: dict[str, torch.dtype] = {"condition": torch.bool, "mask": torch.bool}
+"""Tensor arguments whose dtype the op fixes, whatever the dtype of the case."""
 FOUR_D = (2, 3, 5, 7)
 """The elementwise dims of the channels_last case."""
 
@@ -154,11 +156,11 @@ def _has_out(overload: torch._ops.OpOverload) -> bool:
     return any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write for a in overload._schema.arguments)
 
 
-def _mixes(overload: torch._ops.OpOverload, dtype: torch.dtype) -> list[tuple[str, dict[str, Any]]]:
+def _mixes(overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype) -> list[tuple[str, dict[str, Any]]]:
     """(name, Spec fields) of the dtype mixes that apply: each a gate key of its own."""
     out: list[tuple[str, dict[str, Any]]] = []
     roles = _tensor_roles(overload)
-    if len(roles) >= 2:
+    if len(roles) >= 2 and cat == "elementwise":  # type promotion between operands
         other = roles[1]
         if dtype.is_floating_point:
             out.append((f"{other}=int64", {"role_dtype": {other: torch.int64}}))
@@ -191,7 +193,7 @@ def specs(op: str, overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype
             dims = FOUR_D if (layout == "channels_last" and cat == "elementwise") else LAYOUT_DIMS[cat]
             out.append(Spec(f"layout={layout}", dims, layout=layout))
     for dims in MIXED_SIZES.get(cat, (LAYOUT_DIMS[cat],)):
-        for name, fields in _mixes(overload, dtype):
+        for name, fields in _mixes(overload, cat, dtype):
             out.append(Spec(f"mixed:{name},size={_dims_name(dims)}", dims, **fields))
     return out
 
@@ -240,7 +242,7 @@ def plan_tensor(shape: tuple[int, ...], dtype: torch.dtype, layout: str | None, 
         return Planned(_values(shape, dtype, g), lambda t: t.contiguous(memory_format=torch.channels_last)), True
     if layout == "0-dim":
         return Planned(_values((), dtype, g), lambda t: t), True
-    if layout == "empty" and len(shape) >= 1:
+    if layout == "empty" and len(shape) >= 2:  # the batch dim; weights and biases keep their size
         return Planned(_values((0,) + shape[1:], dtype, g), lambda t: t), True
     return Planned(_values(shape, dtype, g), lambda t: t), False
 
@@ -276,7 +278,8 @@ def make_plan(overload: torch._ops.OpOverload, cat: str, spec: Spec, dtype: torc
         if role in spec.zero_dim:
             shape = ()
         guarded = spec.guarded and inplace_self and role in first
-        planned, did = plan_tensor(shape, spec.role_dtype.get(role, dtype), spec.layout, guarded, g)
+        role_dtype = spec.role_dtype.get(role, ROLE_DTYPES.get(role, dtype))
+        planned, did = plan_tensor(shape, role_dtype, spec.layout, guarded, g)
         applied.append(did)
         return planned
 
