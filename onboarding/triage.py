@@ -84,14 +84,15 @@ def fingerprint(case: Case) -> str:
 
 
 def rerun_command(case: Case, platform: str) -> str:
-    """The `torch-fl conformance run` that repeats just this case's item (ids: ops/<opinfo>/<dtype>/<path>...).
+    """The `torch-fl conformance run` that repeats just this case's item (ids: <suite>/<op>/<dtype>/<path>...).
 
     Its record goes to a scratch folder: a partial run must not replace the platform's full record.
     """
     parts = case.id.split("/")
     words = ["torch-fl", "conformance", "run", platform, "--suite", case.suite, "--record-dir", f".conformance-runs/rerun-{platform}"]
-    if case.suite == "ops" and len(parts) >= 3:
-        words += ["-k", f'"{parts[1]}-{parts[2]}"']  # the pytest item is test_op[<opinfo>-<dtype>]
+    if case.suite in ("ops", "sweep") and len(parts) >= 3:
+        # the pytest item is test_op[<opinfo>-<dtype>] or test_sweep[<aten overload>-<dtype>]
+        words += ["-k", f'"{parts[1]}-{parts[2]}"']
     if case.path:
         words += ["--paths", case.path if case.path == "native" else f"native,{case.path}"]
     return " ".join(words + ["--json"])

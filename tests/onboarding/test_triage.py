@@ -134,3 +134,14 @@ def test_cli_errors(repo, tmp_path):
     junk = tmp_path / "junk.json"
     junk.write_text("{}")
     assert "not a conformance record" in cli("triage", "demo_chip", "--record", str(junk), code=1)["error"]
+
+
+def test_a_sweep_case_reruns_its_op_and_dtype_item():
+    from torch_fl.onboarding.triage import rerun_command
+
+    made = case("sweep/aten::add.Tensor/int32/vendor/size=1048577/int32,int32@huge", "failed", "1 element differs",
+                suite="sweep", op="aten::add.Tensor", dtype="int32")
+    assert rerun_command(made, "demo_chip") == (
+        'torch-fl conformance run demo_chip --suite sweep --record-dir .conformance-runs/rerun-demo_chip '
+        '-k "aten::add.Tensor-int32" --paths native,vendor --json'
+    )
