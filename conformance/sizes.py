@@ -36,9 +36,11 @@ SIZES: dict[str, tuple[tuple[int, ...], ...]] = {
 MIXED_SIZES: dict[str, tuple[tuple[int, ...], ...]] = {
     "elementwise": ((255,), (4095,), (65535,), (1048575,), (1048577,)),
     "reduction": SIZES["reduction"],
+    "norm": SIZES["norm"],
 }
-"""Category -> the sizes the dtype-mix cases run at: one per size class where the sizes are cheap;
-the compute-heavy categories run their mixes at LAYOUT_DIMS only."""
+"""Category -> the sizes the dtype-mix cases run at: one per size class where the sizes are cheap, all
+of them for reductions and norms (a norm backward's float32 statistics); the compute-heavy
+categories run their mixes at LAYOUT_DIMS only."""
 
 LAYOUT_DIMS: dict[str, tuple[int, ...]] = {
     "elementwise": (33, 17),

@@ -16,7 +16,7 @@ import torch
 CATEGORY_BY_PACKET: dict[str, str] = {
     **dict.fromkeys(("mm", "bmm", "addmm", "baddbmm", "mv", "addmv", "linear", "matmul", "dot"), "matmul"),
     **dict.fromkeys(("native_layer_norm", "layer_norm", "_softmax", "_log_softmax", "softmax", "log_softmax",
-                     "rms_norm", "_fused_rms_norm"), "norm"),
+                     "rms_norm", "_fused_rms_norm", "native_layer_norm_backward"), "norm"),
     **dict.fromkeys(("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
                      "_scaled_dot_product_flash_attention", "scaled_dot_product_attention"), "attention"),
     **dict.fromkeys(("convolution", "conv2d", "_convolution"), "conv"),
@@ -76,7 +76,8 @@ def tensor_shapes(cat: str, packet: str, dims: tuple[int, ...]) -> Callable[[str
         table = _matmul_shapes(packet, dims)
         return table.get
     if cat == "norm":
-        return lambda name: dims[-1:] if name in ("weight", "bias") else dims
+        per_row = dims[:-1] + (1,)  # a layer norm's saved mean and rstd
+        return lambda name: dims[-1:] if name in ("weight", "bias") else per_row if name in ("mean", "rstd") else dims
     if cat == "attention":
         return lambda name: dims if name in ("query", "key", "value") else None
     if cat == "conv":
@@ -94,7 +95,8 @@ def _number(name: str, cat: str, dims: tuple[int, ...]) -> Any:
         if name in known:
             return known[name]
     table = {"dim": -1, "keepdim": False, "half_to_float": False, "eps": 1e-5, "dropout_p": 0.0, "is_causal": False,
-             "compute_log_sumexp": False, "return_debug_mask": False, "normalized_shape": [dims[-1]]}
+             "compute_log_sumexp": False, "return_debug_mask": False, "normalized_shape": [dims[-1]],
+             "output_mask": [True, True, True]}
     if name in table:
         return table[name]
     raise NotSwept(f"required argument {name!r}: no sweep value for it")

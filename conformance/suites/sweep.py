@@ -172,6 +172,9 @@ def _mixes(overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype) -> lis
         if wider != dtype:
             out.append((f"out={str(wider).removeprefix('torch.')}", {"out_dtype": wider}))
     names = {a.name for a in overload._schema.arguments}
+    if {"mean", "rstd"} <= names and dtype in (torch.float16, torch.bfloat16):
+        # saved statistics in float32, as CUDA's layer norm keeps them (the CPU's are in the input dtype)
+        out.append(("mean,rstd=float32", {"role_dtype": {"mean": torch.float32, "rstd": torch.float32}}))
     if "dtype" in names and not (dtype.is_floating_point or dtype.is_complex):
         for target in (torch.int64, torch.float32):
             out.append((f"dtype={str(target).removeprefix('torch.')}", {"extra": {"dtype": target}}))

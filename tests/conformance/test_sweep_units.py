@@ -30,7 +30,7 @@ def test_the_heavy_categories_reach_the_promised_extents():
 
 @pytest.mark.parametrize(("op", "expected"), [
     ("abs", "elementwise"), ("add.Tensor", "elementwise"), ("sum.dim_IntList", "reduction"), ("mm", "matmul"),
-    ("native_layer_norm", "norm"), ("_softmax", "norm"), ("convolution", "conv"), ("_to_copy", "elementwise"),
+    ("native_layer_norm", "norm"), ("native_layer_norm_backward", "norm"), ("_softmax", "norm"), ("convolution", "conv"), ("_to_copy", "elementwise"),
 ])
 def test_category(op, expected):
     from torch_fl.kernels.base import resolve
@@ -82,3 +82,13 @@ def test_every_dtype_gets_every_layout_and_integers_get_dtype_mixes():
     assert any(n.startswith("mixed:dtype=float32") for n in names)
     mm = {s.name for s in specs("aten::mm", torch.ops.aten.mm.default, "matmul", torch.int32)}
     assert not any(n.startswith("size=") for n in mm) and "layout=transposed" in mm  # integer matmul: layouts only
+
+
+def test_a_layer_norm_backward_gets_per_row_statistics():
+    def make(role, shape):
+        return (role, shape)
+
+    call = build(torch.ops.aten.native_layer_norm_backward.default, "norm", (2, 2048, 1024), make)
+    shapes = dict(a for a in call.args if isinstance(a, tuple))
+    assert shapes["grad_out"] == shapes["input"] == (2, 2048, 1024) and shapes["mean"] == shapes["rstd"] == (2, 2048, 1)
+    assert shapes["weight"] == (1024,) and call.args[-1] == [True, True, True]
