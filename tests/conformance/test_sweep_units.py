@@ -30,7 +30,8 @@ def test_the_heavy_categories_reach_the_promised_extents():
 
 @pytest.mark.parametrize(("op", "expected"), [
     ("abs", "elementwise"), ("add.Tensor", "elementwise"), ("sum.dim_IntList", "reduction"), ("mm", "matmul"),
-    ("native_layer_norm", "norm"), ("native_layer_norm_backward", "norm"), ("_softmax", "norm"), ("convolution", "conv"), ("_to_copy", "elementwise"),
+    ("native_layer_norm", "norm"), ("native_layer_norm_backward", "norm"), ("_softmax", "norm"),
+    ("convolution", "conv"), ("_to_copy", "elementwise"),
 ])
 def test_category(op, expected):
     from torch_fl.kernels.base import resolve
