@@ -96,6 +96,11 @@ def render(record: dict[str, Any]) -> str:
             )
         if len(failures) > MAX_LISTED:
             lines.append(f"\n... and {len(failures) - MAX_LISTED} more in the record's failures.")
+    not_swept = s.get("not_swept", [])
+    if not_swept:
+        lines += ["", "## Not swept", "", f"{len(not_swept)} op x path pairs have no sweep generator (sizes, layouts "
+                  "and dtype mixes unchecked; only their OpInfo samples prove them):", ""]
+        lines += [f"- {_cell(line, 200)}" for line in not_swept[:MAX_LISTED]]
     return "\n".join(lines) + "\n"
 
 

@@ -82,6 +82,7 @@ def run_cmd(
             cases=s["total"], by_status=s["by_status"], by_suite=s["by_suite"], by_path=s["by_path"],
             ops_criterion=s["ops_criterion"], distinct_failures=s["distinct_failures"],
             failures_by_path=failures_by_path(s["by_path"]), cases_per_s=s.get("cases_per_s"),
+            not_swept=s.get("not_swept", []),
         )
 
     def human() -> None:
