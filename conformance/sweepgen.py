@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 CATEGORY_BY_PACKET: dict[str, str] = {
-    **dict.fromkeys(("mm", "bmm", "addmm", "baddbmm", "mv", "addmv", "linear", "matmul", "dot"), "matmul"),
+    **dict.fromkeys(("mm", "bmm", "addmm", "baddbmm", "mv", "addmv", "linear", "matmul", "dot", "_scaled_mm"),
+                    "matmul"),
     **dict.fromkeys(("native_layer_norm", "layer_norm", "_softmax", "_log_softmax", "softmax", "log_softmax",
                      "rms_norm", "_fused_rms_norm", "native_layer_norm_backward"), "norm"),
     **dict.fromkeys(("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
@@ -55,6 +56,7 @@ def _matmul_shapes(packet: str, dims: tuple[int, ...]) -> dict[str, tuple[int, .
     b = 2
     return {
         "mm": {"self": (m, k), "mat2": (k, n)},
+        "_scaled_mm": {"self": (m, k), "mat2": (k, n), "scale_a": (), "scale_b": ()},
         "matmul": {"self": (m, k), "other": (k, n)},
         "addmm": {"self": (m, n), "mat1": (m, k), "mat2": (k, n)},
         "bmm": {"self": (b, m, k), "mat2": (b, k, n)},
@@ -130,10 +132,10 @@ def build(overload: torch._ops.OpOverload, cat: str, dims: tuple[int, ...], make
     shape_of = tensor_shapes(cat, packet, dims)
     call = Call([], {}, inplace=writes_self(overload))
     extra = dict(extra or {})
+    by_name = False  # once an optional positional argument is left out, later ones go by name
     for arg in overload._schema.arguments:
         kind = str(getattr(arg, "real_type", arg.type))
-        writes = arg.alias_info is not None and arg.alias_info.is_write
-        if arg.kwarg_only and writes:
+        if arg.kwarg_only and arg.alias_info is not None and arg.alias_info.is_write:
             call.out_slots.append((None, arg.name))
             call.kwargs[arg.name] = None
             continue
@@ -142,17 +144,16 @@ def build(overload: torch._ops.OpOverload, cat: str, dims: tuple[int, ...], make
         elif kind in ("Tensor", "Optional[Tensor]") and (not arg.has_default_value() or shape_of(arg.name)):
             shape = shape_of(arg.name)
             if shape is None:
-                if arg.has_default_value():
-                    continue
                 raise NotSwept(f"tensor argument {arg.name!r}: no shape for it in the {cat} generator")
             value = make(arg.name, shape)
         elif arg.has_default_value() and not (cat == "reduction" and arg.name == "dim"):
+            by_name = True
             continue  # defaults are the plain call; a reduction is swept over its last dim
         elif kind == "Scalar":
             value = 2
         else:
             value = _number(arg.name, cat, dims)
-        if arg.kwarg_only:
+        if arg.kwarg_only or by_name:
             call.kwargs[arg.name] = value
         else:
             call.args.append(value)

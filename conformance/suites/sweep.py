@@ -41,15 +41,21 @@ from torch_fl.routing.gatekey import call_key
 SUITE = "sweep"
 KWARG_VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
     "aten::_to_copy": ({"dtype": torch.float8_e4m3fn}, {"dtype": torch.float8_e5m2}),
+    "aten::_scaled_mm": ({"out_dtype": torch.bfloat16},),
 }
 """Keyword variants an op's size cases also run with (each a gate key of its own)."""
+BASE_KWARGS: dict[str, dict[str, Any]] = {"aten::_scaled_mm": {"out_dtype": torch.float32}}
+"""Keyword arguments every case of an op sets (an FP8 matmul's result in float32, not rounded to FP8)."""
+OPERAND_DTYPES: dict[str, tuple[str, ...]] = {"aten::_scaled_mm": ("float8_e4m3fn", "float8_e5m2")}
+"""Ops whose operands come in dtypes of their own, not the platform's declared ones: their items."""
 LAYOUT_CATEGORIES: dict[str, frozenset[str]] = {
     "0-dim": frozenset({"elementwise", "reduction"}),
     "empty": frozenset({"elementwise", "reduction", "norm"}),
     "channels_last": frozenset({"elementwise", "conv"}),
 }
 """Layouts that apply to some categories only (the others apply to every category)."""
-ROLE_DTYPES: dict[str, torch.dtype] = {"condition": torch.bool, "mask": torch.bool}
+ROLE_DTYPES: dict[str, torch.dtype] = {"condition": torch.bool, "mask": torch.bool, "scale_a": torch.float32,
+                                        "scale_b": torch.float32, "scale_result": torch.float32}
 """Tensor arguments whose dtype the op fixes, whatever the dtype of the case."""
 FOUR_D = (2, 3, 5, 7)
 """The elementwise dims of the channels_last case."""
@@ -108,8 +114,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     dtypes = list(fl.descriptor.capabilities.dtypes)
     for op in swept_ops(fl):
         if _generated(op) is None:
-            params += [(op, d) for d in dtypes]
-            ids += [f"{op}-{d}" for d in dtypes]
+            for d in OPERAND_DTYPES.get(op, dtypes):
+                params.append((op, d))
+                ids.append(f"{op}-{d}")
     metafunc.parametrize(("sweep_op", "dtype"), params, ids=ids)
 
 
@@ -186,17 +193,19 @@ def specs(op: str, overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype
     floating = dtype.is_floating_point or dtype.is_complex
     sizes = SIZES[cat] if (floating or cat not in HEAVY) else ()
     out = []
+    base = BASE_KWARGS.get(op, {})
     for dims in sizes:
-        out.append(Spec(f"size={_dims_name(dims)}", dims, guarded=True))
+        out.append(Spec(f"size={_dims_name(dims)}", dims, extra=dict(base), guarded=True))
         for extra in KWARG_VARIANTS.get(op, ()):
             words = ",".join(f"{k}={str(v).removeprefix('torch.')}" for k, v in extra.items())
-            out.append(Spec(f"size={_dims_name(dims)},{words}", dims, extra=dict(extra), guarded=True))
+            out.append(Spec(f"size={_dims_name(dims)},{words}", dims, extra={**base, **extra}, guarded=True))
     for layout in LAYOUTS:
         if cat in LAYOUT_CATEGORIES.get(layout, frozenset({cat})):
             dims = FOUR_D if (layout == "channels_last" and cat == "elementwise") else LAYOUT_DIMS[cat]
-            out.append(Spec(f"layout={layout}", dims, layout=layout))
+            out.append(Spec(f"layout={layout}", dims, layout=layout, extra=dict(base)))
     for dims in MIXED_SIZES.get(cat, (LAYOUT_DIMS[cat],)):
         for name, fields in _mixes(overload, cat, dtype):
+            fields = {**fields, "extra": {**base, **fields.get("extra", {})}}
             out.append(Spec(f"mixed:{name},size={_dims_name(dims)}", dims, **fields))
     return out
 

@@ -1,9 +1,10 @@
 """The sweep suite's table and generators, without a platform: what sizes, layouts and calls it makes."""
 from __future__ import annotations
 
-import torch
+import math
 
 import pytest
+import torch
 from torch_fl.conformance.sizes import ELEMENTWISE_NUMELS, LAYOUTS, MIXED_SIZES, SIZES
 from torch_fl.conformance.suites.sweep import plan_tensor, specs
 from torch_fl.conformance.sweepgen import NotSwept, build, category
@@ -52,7 +53,7 @@ def test_build_fills_the_schema():
     assert inplace.inplace and inplace.args == [("self", (5,)), ("other", (5,))]
     out = build(torch.ops.aten.add.out, "elementwise", (5,), make)
     assert out.out_slots == [(None, "out")] and not out.inplace
-    conv = build(torch.ops.aten.convolution.default, "conv", SIZES["conv"][1], make)
+    conv = build(torch.ops.aten.convolution.default, "conv", (1, 3, 224, 224, 64, 7, 2, 3), make)
     assert conv.args[0] == ("input", (1, 3, 224, 224)) and conv.args[1] == ("weight", (64, 3, 7, 7))
     assert conv.args[3:] == [[2, 2], [3, 3], [1, 1], False, [0, 0], 1]
     reduced = build(torch.ops.aten.sum.dim_IntList, "reduction", (3, 7), make, {"dtype": torch.int64})
@@ -93,3 +94,19 @@ def test_a_layer_norm_backward_gets_per_row_statistics():
     shapes = dict(a for a in call.args if isinstance(a, tuple))
     assert shapes["grad_out"] == shapes["input"] == (2, 2048, 1024) and shapes["mean"] == shapes["rstd"] == (2, 2048, 1)
     assert shapes["weight"] == (1024,) and call.args[-1] == [True, True, True]
+
+
+@pytest.mark.parametrize(("category_name", "op"), [
+    ("reduction", "sum.dim_IntList"), ("matmul", "mm"), ("matmul", "addmm"), ("norm", "native_layer_norm"),
+    ("attention", "_scaled_dot_product_flash_attention_for_cpu"), ("conv", "convolution"),
+])
+def test_every_category_reaches_every_size_class_by_its_largest_argument(category_name, op):
+    from torch_fl.kernels.base import resolve
+
+    shapes: list[tuple[int, ...]] = []
+    classes = set()
+    for dims in SIZES[category_name]:
+        shapes.clear()
+        build(resolve(f"aten::{op}"), category_name, dims, lambda role, shape: shapes.append(shape))
+        classes.add(size_class(max(math.prod(s) for s in shapes)))
+    assert classes == ALL_CLASSES, (op, classes)
