@@ -1,8 +1,8 @@
 """sweep: every op a platform routes to a path it must prove, at many sizes, layouts and dtype mixes.
 
-One pytest item per op x dtype (the descriptor's dtypes), for each op some gated kernel set
-(flaggems, vendor, emulated) implements; `native` is the reference and `cpu` runs PyTorch's own
-CPU kernels, so neither is swept. The item's cases come from conformance/sizes.py by the op's
+One pytest item per op x dtype (the descriptor's dtypes, or the op's own operand dtypes in
+OPERAND_DTYPES), for each op some gated kernel set (flaggems, vendor, emulated) implements;
+`native` is the reference and `cpu` runs PyTorch's own CPU kernels, so neither is swept. The item's cases come from conformance/sizes.py by the op's
 category (conformance/sweepgen.py): sizes around powers of two up to every size class of the gate
 key, every layout (transposed, strided, offset, expanded, channels_last, 0-dim, empty), and dtype
 mixes (a second operand of another dtype or 0-dim, `out=` of another dtype, `dtype=`). Each call
@@ -17,7 +17,8 @@ is made once on the native route and once per path with the same inputs, and the
 
 A case is `sweep/<op>/<dtype>/<path>/<case>/<gate key>`: the gate enables the path for exactly
 the keys whose cases passed. A kernel that crashes or hangs fails the key in flight; the item
-goes on with its next case in a fresh worker. Ops without a generator are listed as skipped
+goes on with its next case in a fresh worker (later cases of a key that failed on a path are
+skipped: its verdict is already failed, and each crash or hang costs a worker). Ops without a generator are listed as skipped
 cases `sweep/<op>/-/<path>/not-swept`, with the reason.
 """
 from __future__ import annotations
