@@ -20,6 +20,7 @@ pytest-xdist workers and `plugin`:
 - opdb.py        PyTorch's OpInfo database (with a stand-in for its test-only import)
 - sizes.py       the sweep suite's sizes by op category, layouts, guard width: one table
 - sweepgen.py    an aten overload's sweep category and its generated arguments (by schema)
+- sweepcall.py   one generated call placed on flagos, run, and judged against the native run
 - launch.py, dist_worker.py: extra processes (distributed ranks, the reference model run)
 - suites/        ops, sweep, amp, rng, ddp, fsdp2, compile, profiler, model, workload
 """

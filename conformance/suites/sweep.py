@@ -2,11 +2,12 @@
 
 One pytest item per op x dtype (the descriptor's dtypes, or the op's own operand dtypes in
 OPERAND_DTYPES), for each op some gated kernel set (flaggems, vendor, emulated) implements;
-`native` is the reference and `cpu` runs PyTorch's own CPU kernels, so neither is swept. The item's cases come from conformance/sizes.py by the op's
-category (conformance/sweepgen.py): sizes around powers of two up to every size class of the gate
-key, every layout (transposed, strided, offset, expanded, channels_last, 0-dim, empty), and dtype
-mixes (a second operand of another dtype or 0-dim, `out=` of another dtype, `dtype=`). Each call
-is made once on the native route and once per path with the same inputs, and the path must:
+`native` is the reference and `cpu` runs PyTorch's own CPU kernels, so neither is swept. The
+item's cases come from conformance/sizes.py by the op's category (conformance/sweepgen.py): sizes
+around powers of two up to every size class of the gate key, every layout (transposed, strided,
+offset, expanded, channels_last, 0-dim, empty), and dtype mixes (a second operand of another dtype
+or 0-dim, `out=` of another dtype, `dtype=`). Each call is made once on the native route and once
+per path with the same inputs (conformance/sweepcall.py), and the path must:
 
 - give the native values (FlagGems tolerances at the op's dtype, atol scaled by the reduction
   length; integers, bool and FP8 exact) with the native dtype, shape and strides;
@@ -18,23 +19,31 @@ is made once on the native route and once per path with the same inputs, and the
 A case is `sweep/<op>/<dtype>/<path>/<case>/<gate key>`: the gate enables the path for exactly
 the keys whose cases passed. A kernel that crashes or hangs fails the key in flight; the item
 goes on with its next case in a fresh worker (later cases of a key that failed on a path are
-skipped: its verdict is already failed, and each crash or hang costs a worker). Ops without a generator are listed as skipped
-cases `sweep/<op>/-/<path>/not-swept`, with the reason.
+skipped: its verdict is already failed, and each crash or hang costs a worker). Ops without a
+generator are listed as skipped cases `sweep/<op>/-/<path>/not-swept`, with the reason.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import torch
 from torch_fl.conformance import compare
-from torch_fl.conformance.sizes import GUARD, HEAVY, LAYOUT_DIMS, LAYOUTS, MIXED_SIZES, SIZES
-from torch_fl.conformance.sweepgen import Call, NotSwept, build, category, writes_self
+from torch_fl.conformance.sizes import HEAVY, LAYOUT_DIMS, LAYOUTS, MIXED_SIZES, SIZES
+from torch_fl.conformance.sweepcall import (
+    Plan,
+    Planned,
+    compare_runs,
+    leaves,
+    plan_tensor,
+    run_call,
+    same_results,
+    with_outs,
+)
+from torch_fl.conformance.sweepgen import NotSwept, build, category, writes_self
 from torch_fl.platform.record import GATED_PATHS
 from torch_fl.routing.constraints import refusal
 from torch_fl.routing.gatekey import call_key
@@ -211,75 +220,6 @@ def specs(op: str, overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype
     return out
 
 
-# ---- making the inputs (on the CPU, once) and placing them on a device (per run)
-@dataclass
-class Planned:
-    """A tensor argument: values made once on the CPU, laid out by `view` on the device of a run."""
-
-    base: torch.Tensor
-    view: Callable[[torch.Tensor], torch.Tensor]
-    guarded: bool = False  # base is GUARD elements either side of the view
-
-
-def _values(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    if dtype.is_floating_point or dtype.is_complex:
-        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
-    magnitude = torch.randint(1, 6, shape, generator=g)  # no zeros: integer division by zero raises
-    if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64):
-        return magnitude.to(dtype)
-    sign = torch.randint(0, 2, shape, generator=g) * 2 - 1
-    return (magnitude * sign).to(dtype)
-
-
-def plan_tensor(shape: tuple[int, ...], dtype: torch.dtype, layout: str | None, guarded: bool,
-                g: torch.Generator) -> tuple[Planned, bool]:
-    """The tensor of logical `shape` in `layout`; also whether the layout applied to it."""
-    n = 1
-    for s in shape:
-        n *= s
-    if guarded:
-        return Planned(_values((GUARD + n + GUARD,), dtype, g), lambda t: t[GUARD:GUARD + n].view(shape), True), False
-    if layout == "transposed" and len(shape) >= 2:
-        swapped = shape[:-2] + (shape[-1], shape[-2])
-        return Planned(_values(swapped, dtype, g), lambda t: t.transpose(-1, -2)), True
-    if layout == "strided" and len(shape) >= 1:
-        wide = shape[:-1] + (2 * shape[-1],)
-        return Planned(_values(wide, dtype, g), lambda t: t[..., ::2]), True
-    if layout == "offset":
-        return Planned(_values((n + 1,), dtype, g), lambda t: t[1:].view(shape)), True
-    if layout == "expanded" and len(shape) >= 1 and shape[0] > 1:
-        return Planned(_values((1,) + shape[1:], dtype, g), lambda t: t.expand(shape)), True
-    if layout == "channels_last" and len(shape) == 4:
-        return Planned(_values(shape, dtype, g), lambda t: t.contiguous(memory_format=torch.channels_last)), True
-    if layout == "0-dim":
-        return Planned(_values((), dtype, g), lambda t: t), True
-    if layout == "empty" and len(shape) >= 2:  # the batch dim; weights and biases keep their size
-        return Planned(_values((0,) + shape[1:], dtype, g), lambda t: t), True
-    return Planned(_values(shape, dtype, g), lambda t: t), False
-
-
-@dataclass
-class Plan:
-    """A call with planned tensors; `place` makes a fresh copy of it on a device."""
-
-    call: Call
-    overload: torch._ops.OpOverload
-
-    def place(self, device: str) -> tuple[list[Any], dict[str, Any], list[tuple[Planned, torch.Tensor]]]:
-        bases: list[tuple[Planned, torch.Tensor]] = []
-
-        def put(value: Any) -> Any:
-            if isinstance(value, Planned):
-                base = value.base.to(device)
-                bases.append((value, base))
-                return value.view(base)
-            return value
-
-        return [put(a) for a in self.call.args], {k: put(v) for k, v in self.call.kwargs.items()}, bases
-
-
 def make_plan(overload: torch._ops.OpOverload, cat: str, spec: Spec, dtype: torch.dtype, seed: int) -> Plan:
     """The planned call of `spec`; NotSwept when the spec's layout applies to none of its tensors."""
     g = torch.Generator().manual_seed(seed)
@@ -302,29 +242,7 @@ def make_plan(overload: torch._ops.OpOverload, cat: str, spec: Spec, dtype: torc
     return Plan(call, overload)
 
 
-# ---- running a call and judging the forced run against the native one
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    flat = t.detach().cpu().reshape(-1).contiguous()
-    return flat.view(torch.uint8) if flat.numel() else flat
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
-
-
-@dataclass
-class Observed:
-    """One run of a call: its tensor outputs (device tensors), written targets, and what it broke."""
-
-    outputs: list[Any]
-    written: list[torch.Tensor]  # in-place self, or the out= tensors, after the call
-    problems: list[str]
-
-
-def _leaves(result: Any) -> list[Any]:
-    return list(result) if isinstance(result, (tuple, list)) else [result]
-
-
+# ---- out= targets
 def _out_buffers(plan: Plan, out_like: list[torch.Tensor], spec: Spec) -> dict[str, Planned]:
     """Guarded out= targets shaped like the native outputs (in the spec's out dtype, if any)."""
     g = torch.Generator().manual_seed(7)
@@ -333,81 +251,6 @@ def _out_buffers(plan: Plan, out_like: list[torch.Tensor], spec: Spec) -> dict[s
         dtype = spec.out_dtype or like.dtype
         buffers[name], _ = plan_tensor(tuple(like.shape), dtype, None, True, g)
     return buffers
-
-
-def _with_outs(call: Call, outs: dict[str, Planned] | None) -> Call:
-    return call if outs is None else Call(call.args, {**call.kwargs, **outs}, call.out_slots, call.inplace)
-
-
-def run_call(plan: Plan, outs: dict[str, Planned] | None, judge_inputs: bool,
-             route: Callable[[], Any] = contextlib.nullcontext) -> Observed:
-    """Call the overload on flagos with a fresh copy of the planned arguments, inside `route()`
-    only (the copies and checks around it run on the native route)."""
-    call = _with_outs(plan.call, outs)
-    args, kwargs, bases = Plan(call, plan.overload).place("flagos")
-    targets = [args[0]] if call.inplace else [kwargs[name] for _, name in call.out_slots]
-    target_ids = {id(t) for t in targets}
-    before_inputs = [(i, _bits(a)) for i, a in enumerate(args)
-                     if isinstance(a, torch.Tensor) and id(a) not in target_ids]
-    before_bases = [(base, _bits(base)) for planned, base in bases if planned.guarded]
-    storages = [t.untyped_storage().data_ptr() for t in targets]
-    with route():
-        result = plan.overload(*args, **kwargs)
-    problems: list[str] = []
-    leaves = _leaves(result)
-    for i, target in enumerate(targets):
-        what = "self" if call.inplace else f"out {call.out_slots[i][1]!r}"
-        got = leaves[i] if i < len(leaves) else None
-        if not isinstance(got, torch.Tensor) or got.data_ptr() != target.data_ptr():
-            problems.append(f"returned a new tensor, not {what}")
-        if target.untyped_storage().data_ptr() != storages[i]:
-            problems.append(f"{what} got new storage")
-    for base, before in before_bases:
-        edge = GUARD * base.element_size()  # bytes of guard on each side
-        after = _bits(base)
-        if not (torch.equal(after[:edge], before[:edge]) and torch.equal(after[-edge:], before[-edge:])):
-            problems.append("wrote past the end of its output (guard elements changed)")
-    if judge_inputs:
-        for i, before in before_inputs:
-            if not torch.equal(_bits(args[i]), before):
-                problems.append(f"changed its input {i}")
-    return Observed(leaves, targets, problems)
-
-
-def _is_fp8(dtype: torch.dtype) -> bool:
-    return "float8" in str(dtype)
-
-
-def compare_runs(got: Observed, native: Observed, dtype: torch.dtype, inputs: list[torch.Tensor]) -> list[str]:
-    """Values and metadata of every output and written target of `got` against `native`."""
-    problems: list[str] = []
-    pairs = list(zip(got.outputs, native.outputs)) + list(zip(got.written, native.written))
-    for i, (a, e) in enumerate(pairs):
-        if not isinstance(e, torch.Tensor):
-            why = compare.compare_value(a, e, dtype)
-            if why:
-                problems.append(f"output {i}: {why}")
-            continue
-        if not isinstance(a, torch.Tensor):
-            problems.append(f"output {i}: got {type(a).__name__}, expected a tensor")
-            continue
-        problems += [f"output {i}: {p}" for p in compare.compare_metadata(a, e)]
-        if a.dtype != e.dtype or a.shape != e.shape:
-            continue
-        if _is_fp8(e.dtype):
-            if not _same_bits(a, e):
-                problems.append(f"output {i}: FP8 bits differ from the native route's")
-            continue
-        reduce = compare.reduction_length(inputs, e) if e.dim() else max(1, max((t.numel() for t in inputs), default=1))
-        why = compare.compare_tensor(a, e.cpu(), e.dtype, reduce)
-        if why:
-            problems.append(f"output {i}: {why}")
-    return problems
-
-
-def _deterministic(first: Observed, second: Observed) -> bool:
-    pairs = list(zip(first.outputs, second.outputs)) + list(zip(first.written, second.written))
-    return all(not isinstance(a, torch.Tensor) or (isinstance(b, torch.Tensor) and _same_bits(a, b)) for a, b in pairs)
 
 
 def _seed(*parts: str) -> int:
@@ -440,7 +283,7 @@ def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
                 probe = {name: torch.empty(0, dtype=spec.out_dtype or torch_dtype, device="flagos")
                          for _, name in plan.call.out_slots}
                 probe_args, probe_kwargs, _ = Plan(plan.call, overload).place("flagos")
-                probed = _leaves(overload(*probe_args, **{**probe_kwargs, **probe}))
+                probed = leaves(overload(*probe_args, **{**probe_kwargs, **probe}))
                 outs = _out_buffers(plan, [t for t in probed if isinstance(t, torch.Tensor)], spec)
             native = run_call(plan, outs, judge_inputs=not inplace)
             again = run_call(plan, outs, judge_inputs=False)
@@ -450,8 +293,8 @@ def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
                 _skip_all(fl, ids, todo, op, dtype, f"the native route rejects this call: {type(exc).__name__}: "
                                                     f"{str(exc)[:300]}")
             continue
-        deterministic = _deterministic(native, again)
-        cpu_args, cpu_kwargs, _ = Plan(_with_outs(plan.call, outs), overload).place("cpu")
+        deterministic = same_results(native, again)
+        cpu_args, cpu_kwargs, _ = Plan(with_outs(plan.call, outs), overload).place("cpu")
         inputs = [t for t in cpu_args if isinstance(t, torch.Tensor)]
         key = call_key(overload, tuple(cpu_args), cpu_kwargs).text
         for path in todo:
@@ -466,7 +309,7 @@ def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
                 second = run_call(plan, outs, judge_inputs=False, route=forced) if deterministic else None
                 fl.synchronize()
                 problems = got.problems + compare_runs(got, native, torch_dtype, inputs)
-                if second is not None and not _deterministic(got, second):
+                if second is not None and not same_results(got, second):
                     problems.append("not deterministic: two identical calls differ, where the native route's agree")
                 _conclude(case, problems)
 

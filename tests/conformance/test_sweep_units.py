@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 from torch_fl.conformance.sizes import ELEMENTWISE_NUMELS, LAYOUTS, MIXED_SIZES, SIZES
-from torch_fl.conformance.suites.sweep import plan_tensor, specs
+from torch_fl.conformance.suites.sweep import specs
+from torch_fl.conformance.sweepcall import plan_tensor
 from torch_fl.conformance.sweepgen import NotSwept, build, category
 from torch_fl.routing.gatekey import SIZE_CLASSES, size_class
 
