@@ -18,6 +18,9 @@ pytest-xdist workers and `plugin`:
 - opcheck.py     one OpInfo sample on one variant (reference, CPU baseline, flagos), and its verdict
 - watch.py       the dispatch mode that finds reached overloads and checks their schema contract
 - opdb.py        PyTorch's OpInfo database (with a stand-in for its test-only import)
+- sizes.py       the sweep suite's sizes by op category, layouts, guard width: one table
+- sweepgen.py    an aten overload's sweep category and its generated arguments (by schema)
+- sweepcall.py   one generated call placed on flagos, run, and judged against the native run
 - launch.py, dist_worker.py: extra processes (distributed ranks, the reference model run)
-- suites/        ops, amp, rng, ddp, fsdp2, compile, profiler, model
+- suites/        ops, sweep, amp, rng, ddp, fsdp2, compile, profiler, model, workload
 """

@@ -271,7 +271,9 @@ class Controller:
                                            "workers": self.workers, "exitstatus": int(exitstatus)})
         self.collector.feed(self.reader.new())
         total_wall = sum(s.get("wall_s", 0.0) for s in self.collector.sessions)
-        path, record = self.merge(complete, recordfile.now(), {"wall_s": round(total_wall, 1)})
+        cases = len(self.collector.cases)
+        rate = round(cases / total_wall, 1) if total_wall > 0 else None
+        path, record = self.merge(complete, recordfile.now(), {"wall_s": round(total_wall, 1), "cases_per_s": rate})
         self.progress.close()
         summary.write(path, record)
         if complete:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from torch_fl.conformance import journal
 from torch_fl.conformance.fingerprint import fingerprint
+from torch_fl.platform.record import FAILING
 
 # Errors after which a CUDA context is unusable: every later case in the process would fail too.
 STICKY_ERRORS = (
@@ -132,6 +133,7 @@ class Recorder:
         faulthandler.enable(file=self._trace, all_threads=True)
         self._reader = journal.Reader(journal_file)
         self.done_cases: dict[str, str] = {}
+        self.failed_keys: set[tuple[str, str, str]] = set()  # (op, path, gate key) of failing cases so far
         self.done_items: set[str] = set()
         self._warm: set[tuple[str | None, str | None, str | None]] = set()
         self.item: str | None = None
@@ -141,23 +143,32 @@ class Recorder:
         self.current: CaseInfo | None = None
         self._phase: Any = None
         self._deadline = 0.0
+        self._started, self._limit = 0.0, 0.0
         self.refresh()
 
     # ---- what is already recorded (resume, and the re-run of an item after a crash)
     def refresh(self) -> None:
         for entry in self._reader.new():
             if entry.get("kind") == "case":
+                self._note_failure(entry)
                 self.done_cases[entry["id"]] = entry.get("status", "")
                 if entry.get("run"):
                     self.done_cases[entry["run"]] = entry.get("status", "")
             elif entry.get("kind") == "item":
                 self.done_items.add(entry["item"])
 
+    def _note_failure(self, entry: dict[str, Any]) -> None:
+        if entry.get("status") in FAILING and entry.get("op") and entry.get("path"):
+            self.failed_keys.update((entry["op"], entry["path"], key) for key in entry.get("keys") or ())
+
     def is_done(self, case_id: str) -> bool:
         return case_id in self.done_cases
 
     # ---- in-flight marker and watchdog
-    def _mark(self, case: CaseInfo, timeout: float, item_level: bool = False) -> None:
+    def _mark(self, case: CaseInfo, timeout: float, item_level: bool = False, since: float | None = None,
+              limit: float | None = None) -> None:
+        """Point the marker at `case` and arm the watchdog for `timeout` s; a re-mark within a case
+        keeps the case's start (`since`) and limit, which the report of a hang states."""
         assert self.item is not None
         marker = {
             "item": self.item,
@@ -165,8 +176,8 @@ class Recorder:
             "case": {"id": case.id, "suite": case.suite, "op": case.op, "dtype": case.dtype, "path": case.path,
                      "keys": list(case.keys)[-1:]},
             "item_level": item_level,
-            "started": time.time(),
-            "timeout": timeout,
+            "started": since if since is not None else time.time(),
+            "timeout": limit if limit is not None else timeout,
             "trace": str(self.trace_path),
             "trace_offset": self._trace.tell(),
             "pid": os.getpid(),
@@ -204,6 +215,7 @@ class Recorder:
         assert self.item is not None
         for entry in case.entries(self.item):
             journal.append(self.journal_file, entry)
+            self._note_failure(entry)
             self.done_cases[entry["id"]] = entry["status"]
         self.done_cases[case.id] = case.status
 
@@ -221,7 +233,7 @@ class Recorder:
         if phases is None:
             phases = case.keys[key] = set()
             # the in-flight key changed: a crash from here on is charged to it (same deadline)
-            self._mark(case, max(1.0, self._deadline - time.monotonic()))
+            self._mark(case, max(1.0, self._deadline - time.monotonic()), since=self._started, limit=self._limit)
         phases.add(self._phase)
 
     @contextmanager
@@ -239,6 +251,7 @@ class Recorder:
         self.used_cases = True
         limit = timeout if timeout is not None else self.timeout_for(op, dtype, path)
         self._deadline = time.monotonic() + limit
+        self._started, self._limit = time.time(), limit
         self._mark(case, limit)
         self.current, self._phase = case, None
         start = time.perf_counter()

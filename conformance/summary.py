@@ -64,7 +64,7 @@ def render(record: dict[str, Any]) -> str:
         lines += ["  " + line for line in _run_lines(run)]
         base = run.get("added_to")
     if s.get("wall_s") is not None:
-        lines.append(f"- wall time: {s['wall_s']:.0f} s")
+        lines.append(f"- wall time: {s['wall_s']:.0f} s, {s.get('cases_per_s') or '-'} cases per second")
     lines += [
         "",
         "## Criterion",
@@ -97,6 +97,11 @@ def render(record: dict[str, Any]) -> str:
             )
         if len(failures) > MAX_LISTED:
             lines.append(f"\n... and {len(failures) - MAX_LISTED} more in the record's failures.")
+    not_swept = s.get("not_swept", [])
+    if not_swept:
+        lines += ["", "## Not swept", "", f"{len(not_swept)} op x path pairs have no sweep generator (sizes, layouts "
+                  "and dtype mixes unchecked; only their OpInfo samples prove them):", ""]
+        lines += [f"- {_cell(line, 200)}" for line in not_swept[:MAX_LISTED]]
     return "\n".join(lines) + "\n"
 
 

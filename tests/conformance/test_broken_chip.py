@@ -8,6 +8,7 @@ enable exactly the vendor routes whose cases all passed.
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +21,34 @@ ITEMS = ["abs-float32", "exp-float32", "mul-float16", "mul-float32", "sin-float3
 
 @pytest.fixture(scope="module")
 def broken_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    records = tmp_path_factory.mktemp("broken") / "records"
+    # a copy of the fixture, so its record lands beside the sources it binds
+    plats = tmp_path_factory.mktemp("plats")
+    shutil.copytree(FIXTURES / "broken_chip", plats / "broken_chip")
     selection = " or ".join(f"test_op[{item}]" for item in ITEMS)
     out = conformance(
-        ["broken_chip", "--suite", "ops", "-k", selection, "--paths", "native,vendor", "-n", "2",
-         "--timeout", "5", "--record-dir", str(records)],
-        run_env(FLAGOS_PLATFORM_PATH=str(FIXTURES)),
+        ["broken_chip", "--suite", "ops", "-k", selection, "--paths", "native,vendor", "-n", "2", "--timeout", "5"],
+        run_env(FLAGOS_PLATFORM_PATH=str(plats)),
         timeout=900,
     )
-    return {"out": out, "records": records, "cases": cases_by_id(Path(out["record"]))}
+    records = plats / "broken_chip" / "records"
+    return {"out": out, "records": records, "plats": plats, "cases": cases_by_id(Path(out["record"]))}
+
+
+FAILING = ("crashed", "timeout", "failed", "error")
 
 
 def _case(run: dict[str, Any], item: str, op: str, path: str = "vendor") -> dict[str, Any]:
+    """The case of one item x path x op, its gate keys' cases (`<id>/<key>`) taken together: the
+    worst status among them, and the messages of those that did not pass."""
     name, dtype = item.rsplit("-", 1)
     case_id = f"ops/{name}/{dtype}/{path}/{op}" if path != "native" else f"ops/{name}/{dtype}/native"
-    assert case_id in run["cases"], f"{case_id} is not in the record; vendor cases: {sorted(i for i in run['cases'] if '/vendor/' in i)}"
-    return run["cases"][case_id]
+    parts = [c for i, c in run["cases"].items() if i == case_id or i.startswith(case_id + "/")]
+    assert parts, f"{case_id} is not in the record; vendor cases: {sorted(i for i in run['cases'] if '/vendor/' in i)}"
+    statuses = [c["status"] for c in parts]
+    worst = next((s for s in FAILING if s in statuses), "passed" if "passed" in statuses else statuses[0])
+    bad = [c for c in parts if c["status"] != "passed"]
+    return {"id": case_id, "status": worst, "message": "; ".join(c["message"] for c in bad),
+            "fingerprint": next((c["fingerprint"] for c in bad if c["fingerprint"]), None), "parts": parts}
 
 
 def test_the_run_completes_and_writes_record_and_summary(broken_run):
@@ -94,7 +107,8 @@ def test_device_poisoning_error_fails_its_case_and_the_item_goes_on(broken_run):
     case = _case(broken_run, "cos-float32", "aten::cos")
     assert case["status"] == "failed" and "illegal memory access" in case["message"], case
     # the worker ended itself after journaling that case; the re-queued item finished in a fresh one
-    later = [c for i, c in broken_run["cases"].items() if i.startswith("ops/cos/float32/vendor/") and i != case["id"]]
+    later = [c for i, c in broken_run["cases"].items()
+             if i.startswith("ops/cos/float32/vendor/") and not i.startswith(case["id"])]
     assert later and all(c["status"] in ("passed", "skipped") for c in later), later
 
 
@@ -104,24 +118,21 @@ def test_correct_kernel_passes(broken_run):
 
 def test_gate_enables_exactly_the_passed_vendor_combinations(broken_run):
     from torch_fl.platform import Gate, load_platform, record_status
+    from torch_fl.platform.discovery import discover
     from torch_fl.platform.record import installed_version
 
-    descriptor = load_platform("broken_chip", _sources())
+    descriptor = load_platform("broken_chip", discover(str(broken_run["plats"])))
     status = record_status(descriptor, broken_run["records"].parent, installed_version("torch"), {})
     assert status.state == "valid", status.reasons
     gate = Gate(descriptor, status)
     outcome: dict[tuple[str, str], bool] = {}
     for case in broken_run["cases"].values():
-        if case["path"] == "vendor" and case["status"] != "skipped":
-            key = (case["op"], case["dtype"])
-            outcome[key] = outcome.get(key, True) and case["status"] == "passed"
-    assert outcome[("aten::relu", "float32")] and not outcome[("aten::abs", "float32")]
-    for (op, dtype), passed in outcome.items():
-        assert gate.allows(op, dtype, "vendor") == passed, (op, dtype, passed)
-    assert not gate.allows("aten::relu", "float16", "vendor"), "a combination never run must stay disabled"
+        if case["path"] == "vendor" and case["status"] not in ("skipped", "unjudged"):
+            for key in case["keys"]:
+                outcome[(case["op"], key)] = outcome.get((case["op"], key), True) and case["status"] == "passed"
+    assert outcome[("aten::relu", "float32@tiny")]
+    assert not any(passed for (op, _), passed in outcome.items() if op == "aten::abs")
+    for (op, key), passed in outcome.items():
+        assert gate.allows(op, key, "vendor") == passed, (op, key, passed)
+    assert not gate.allows("aten::relu", "float16@tiny", "vendor"), "a key never run must stay disabled"
 
-
-def _sources():
-    from torch_fl.platform.discovery import discover
-
-    return discover(str(FIXTURES))

@@ -137,3 +137,15 @@ def test_cli_errors(repo, tmp_path):
     junk = tmp_path / "junk.json"
     junk.write_text("{}")
     assert "junk.json: record format None" in cli("triage", "demo_chip", "--record", str(junk), code=1)["error"]
+
+
+def test_a_sweep_case_reruns_its_op_and_dtype_item(tmp_path, monkeypatch):
+    from torch_fl.platform.triage import rerun_command
+
+    monkeypatch.chdir(tmp_path)
+    made = case("sweep/aten::add.Tensor/int32/vendor/size=1048577/int32,int32@huge", "failed", "1 element differs",
+                suite="sweep", op="aten::add.Tensor", dtype="int32")
+    assert rerun_command(made, "demo_chip") == (
+        f"torch-fl conformance run demo_chip --suite sweep --record-dir {tmp_path}/.conformance-runs/rerun-demo_chip "
+        "-k aten::add.Tensor-int32 --paths native,vendor --json"
+    )

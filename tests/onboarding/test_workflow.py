@@ -72,7 +72,7 @@ def test_host_job(repo):
     lines = run_lines(data)
     assert '"torch==2.' in lines and "--index-url https://download.pytorch.org/whl/cpu" in lines  # pinned CPU torch
     assert "torch-fl preflight demo_chip" in lines
-    assert "torch-fl conformance run demo_chip --json" in lines
+    assert "torch-fl conformance run demo_chip --json --fail-on-failure" in lines  # a failing path fails the job
     upload = next(s for s in steps(data) if s.get("uses", "").startswith("actions/upload-artifact"))
     assert upload["if"] == "${{ always() }}"
     assert "plats/demo_chip/records/" in upload["with"]["path"]

@@ -2,9 +2,10 @@
 
 The run itself is a pytest subprocess (torch_fl.conformance.runner); this command only parses the
 selection, shows the outcome, and exits 0 when the run completed (failing cases are results, and
-are in the record; the gate enables exactly what passed), 1 when it did not. `record` is the file
-the run wrote: the record, the partial record beside a complete one (`partial`: a subset run),
-or, for a run that did not complete, its interim record in the run folder.
+are in the record; the gate enables exactly what passed), 1 when it did not; with
+--fail-on-failure, 2 when it completed but a non-native path failed a case (for CI). `record` is
+the file the run wrote: the record, the partial record beside a complete one (`partial`: a subset
+run), or, for a run that did not complete, its interim record in the run folder.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from rich.table import Table
 
 from torch_fl.cli import app
 from torch_fl.cli.output import JsonOption, console, emit, err_console, fail
+from torch_fl.platform.record import FAILING
 
 conformance_app = typer.Typer(help="Run the conformance suite that gates a platform's routes.", no_args_is_help=True)
 app.add_typer(conformance_app, name="conformance")
@@ -37,7 +39,7 @@ def run_cmd(
     name: str = typer.Argument(..., help="Platform to check (a folder under platforms/ or FLAGOS_PLATFORM_PATH)."),
     k: str | None = typer.Option(None, "-k", help="pytest -k expression selecting items, e.g. 'add and float32'."),
     workers: str = typer.Option("auto", "-n", help="Worker processes: 'auto' or a number (at least 1)."),
-    suite: str | None = typer.Option(None, "--suite", help="Comma-separated suites: ops,amp,rng,ddp,fsdp2,compile,profiler,model,workload."),
+    suite: str | None = typer.Option(None, "--suite", help="Comma-separated suites: ops,sweep,amp,rng,ddp,fsdp2,compile,profiler,model,workload."),
     paths: str | None = typer.Option(None, "--paths", help="Comma-separated route paths to exercise: native,flaggems,vendor,emulated,cpu."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its journal (skips recorded cases)."),
     add: bool = typer.Option(
@@ -48,6 +50,10 @@ def run_cmd(
     warmup_timeout: float = typer.Option(900.0, "--warmup-timeout", help="Seconds for the first call per op of a compiling path (FlagGems autotuning)."),
     samples: int = typer.Option(2, "--samples", min=1, help="OpInfo samples per op and dtype."),
     record_dir: Path | None = typer.Option(None, "--record-dir", help="Write the record here instead of the platform's records/ folder."),
+    fail_on_failure: bool = typer.Option(
+        False, "--fail-on-failure", help="Exit 2 when the run completed but a case of a non-native path failed, "
+        "errored, crashed or timed out (CI: the gate still disables just those keys)."
+    ),
     as_json: bool = JsonOption,
 ) -> None:
     """Run the conformance suites for platform NAME and write platforms/NAME/records/torch-<line>.json."""
@@ -80,6 +86,8 @@ def run_cmd(
         data.update(
             cases=s["total"], by_status=s["by_status"], by_suite=s["by_suite"], by_path=s["by_path"],
             ops_criterion=s["ops_criterion"], distinct_failures=s["distinct_failures"],
+            failures_by_path=failures_by_path(s["by_path"]), cases_per_s=s.get("cases_per_s"),
+            not_swept=s.get("not_swept", []),
         )
 
     def human() -> None:
@@ -107,10 +115,17 @@ def run_cmd(
         console.print(f"record: {escape(str(outcome.record_file))}{note}")
         if outcome.summary_file.is_file():
             console.print(f"summary: {escape(str(outcome.summary_file))}")
-        console.print(f"wall time: {outcome.wall_s:.0f} s")
+        console.print(f"wall time: {outcome.wall_s:.0f} s ({s.get('cases_per_s') or '-'} cases/s)")
         if not outcome.complete:
             err_console.print(f"[bold red]the run did not complete[/] (pytest exit {outcome.returncode}); log: {outcome.log_file}")
 
     emit(data, as_json, human)
     if not outcome.complete:
         raise typer.Exit(1)
+    if fail_on_failure and any(n for path, n in data.get("failures_by_path", {}).items() if path != "native"):
+        raise typer.Exit(2)
+
+
+def failures_by_path(by_path: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """path -> cases that failed, errored, crashed or timed out on it."""
+    return {path: sum(row.get(s, 0) for s in FAILING) for path, row in by_path.items()}

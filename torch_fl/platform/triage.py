@@ -93,7 +93,7 @@ def fingerprint(case: Case) -> str:
 
 
 def rerun_command(case: Case, platform: str) -> str:
-    """The `torch-fl conformance run` that repeats just this case's item (ids: ops/<opinfo>/<dtype>/<path>...).
+    """The `torch-fl conformance run` that repeats just this case's item (ids: <suite>/<op>/<dtype>/<path>...).
 
     Its record goes to a scratch folder: a partial run must not replace the platform's full record.
     The folder is absolute (below the working directory) and every word shell-quoted, so the command
@@ -102,8 +102,9 @@ def rerun_command(case: Case, platform: str) -> str:
     parts = case.id.split("/")
     scratch = Path(SCRATCH_DIR, f"rerun-{platform}").resolve()
     words = ["torch-fl", "conformance", "run", platform, "--suite", case.suite, "--record-dir", str(scratch)]
-    if case.suite == "ops" and len(parts) >= 3:
-        words += ["-k", f"{parts[1]}-{parts[2]}"]  # the pytest item is test_op[<opinfo>-<dtype>]
+    if case.suite in ("ops", "sweep") and len(parts) >= 3:
+        # the pytest item is test_op[<opinfo>-<dtype>] or test_sweep[<aten overload>-<dtype>]
+        words += ["-k", f"{parts[1]}-{parts[2]}"]
     if case.path:
         words += ["--paths", case.path if case.path == "native" else f"native,{case.path}"]
     return shlex.join(words + ["--json"])

@@ -1,0 +1,336 @@
+"""sweep: every op a platform routes to a path it must prove, at many sizes, layouts and dtype mixes.
+
+One pytest item per op x dtype (the descriptor's dtypes, or the op's own operand dtypes in
+OPERAND_DTYPES), for each op some gated kernel set (flaggems, vendor, emulated) implements;
+`native` is the reference and `cpu` runs PyTorch's own CPU kernels, so neither is swept. The
+item's cases come from conformance/sizes.py by the op's category (conformance/sweepgen.py): sizes
+around powers of two up to every size class of the gate key, every layout (transposed, strided,
+offset, expanded, channels_last, 0-dim, empty), and dtype mixes (a second operand of another dtype
+or 0-dim, `out=` of another dtype, `dtype=`). Each call is made once on the native route and once
+per path with the same inputs (conformance/sweepcall.py), and the path must:
+
+- give the native values (FlagGems tolerances at the op's dtype, atol scaled by the reduction
+  length; integers, bool and FP8 exact) with the native dtype, shape and strides;
+- leave its inputs as they were; write an in-place `self` and return it, in the same storage;
+  write `out=` and return it; write nothing in the guard elements around an in-place or `out=`
+  target (size cases);
+- give bitwise-equal results on two identical calls where the native route does.
+
+A case is `sweep/<op>/<dtype>/<path>/<case>/<gate key>`: the gate enables the path for exactly
+the keys whose cases passed. A kernel that crashes or hangs fails the key in flight; the item
+goes on with its next case in a fresh worker (later cases of a key that failed on a path are
+skipped: its verdict is already failed, and each crash or hang costs a worker). Ops without a
+generator are listed as skipped cases `sweep/<op>/-/<path>/not-swept`, with the reason.
+"""
+from __future__ import annotations
+
+import functools
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+from torch_fl.conformance import compare
+from torch_fl.conformance.sizes import HEAVY, LAYOUT_DIMS, LAYOUTS, MIXED_SIZES, SIZES
+from torch_fl.conformance.sweepcall import (
+    Plan,
+    Planned,
+    compare_runs,
+    leaves,
+    plan_tensor,
+    run_call,
+    same_results,
+    with_outs,
+)
+from torch_fl.conformance.sweepgen import NotSwept, build, category, writes_self
+from torch_fl.platform.record import GATED_PATHS
+from torch_fl.routing.constraints import refusal
+from torch_fl.routing.gatekey import call_key
+
+SUITE = "sweep"
+KWARG_VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
+    "aten::_to_copy": ({"dtype": torch.float8_e4m3fn}, {"dtype": torch.float8_e5m2}),
+    "aten::_scaled_mm": ({"out_dtype": torch.bfloat16},),
+}
+"""Keyword variants an op's size cases also run with (each a gate key of its own)."""
+BASE_KWARGS: dict[str, dict[str, Any]] = {"aten::_scaled_mm": {"out_dtype": torch.float32}}
+"""Keyword arguments every case of an op sets (an FP8 matmul's result in float32, not rounded to FP8)."""
+OPERAND_DTYPES: dict[str, tuple[str, ...]] = {"aten::_scaled_mm": ("float8_e4m3fn", "float8_e5m2")}
+"""Ops whose operands come in dtypes of their own, not the platform's declared ones: their items."""
+LAYOUT_CATEGORIES: dict[str, frozenset[str]] = {
+    "0-dim": frozenset({"elementwise", "reduction"}),
+    "empty": frozenset({"elementwise", "reduction", "norm"}),
+    "channels_last": frozenset({"elementwise", "conv"}),
+}
+"""Layouts that apply to some categories only (the others apply to every category)."""
+ROLE_DTYPES: dict[str, torch.dtype] = {"condition": torch.bool, "mask": torch.bool, "scale_a": torch.float32,
+                                        "scale_b": torch.float32, "scale_result": torch.float32}
+"""Tensor arguments whose dtype the op fixes, whatever the dtype of the case."""
+FOUR_D = (2, 3, 5, 7)
+"""The elementwise dims of the channels_last case."""
+
+
+# ---- which ops, on which paths
+def _session(config: pytest.Config) -> Any:
+    worker = config.pluginmanager.get_plugin("fl-worker")
+    return worker.ready_session() if worker is not None else None
+
+
+def swept_paths(fl: Any, op: str) -> list[str]:
+    """The gated paths that implement `op` and may run it (selected, not refused by the router)."""
+    return [p for p in sorted(GATED_PATHS) if fl.selected(p) and fl.implements(op, p) and not refusal(op, p)]
+
+
+def swept_ops(fl: Any) -> list[str]:
+    from torch_fl.routing import router
+
+    ops: set[str] = set()
+    for path in GATED_PATHS:
+        kernels = router().kernel_sets.get(path)
+        if kernels is not None and fl.selected(path):
+            ops |= {op for op in kernels.ops() if not refusal(op, path)}
+    return sorted(ops)
+
+
+def _overload(op: str) -> torch._ops.OpOverload:
+    from torch_fl.kernels.base import resolve
+
+    return resolve(op)
+
+
+def _generated(op: str) -> str | None:
+    """Why `op` is not swept (None: it is)."""
+    try:
+        category(_overload(op))
+    except AttributeError:
+        return "not an op of this torch"
+    except NotSwept as exc:
+        return str(exc)
+    return None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "sweep_op" not in metafunc.fixturenames:
+        return
+    params, ids = [], []
+    try:
+        fl = _session(metafunc.config)
+    except RuntimeError:
+        fl = None  # the platform cannot start: the item below fails with the reason
+    if fl is None:
+        metafunc.parametrize(("sweep_op", "dtype"), [("-", "-")], ids=["platform"])
+        return
+    dtypes = list(fl.descriptor.capabilities.dtypes)
+    for op in swept_ops(fl):
+        if _generated(op) is None:
+            for d in OPERAND_DTYPES.get(op, dtypes):
+                params.append((op, d))
+                ids.append(f"{op}-{d}")
+    metafunc.parametrize(("sweep_op", "dtype"), params, ids=ids)
+
+
+def test_not_swept(fl: Any) -> None:
+    """One skipped case per op x path without a generator: the record says what the sweeps miss."""
+    fl.own_cases()
+    for op in swept_ops(fl):
+        why = _generated(op)
+        if why is None:
+            continue
+        for path in swept_paths(fl, op):
+            case_id = f"{SUITE}/{op}/-/{path}/not-swept"
+            if not fl.done(case_id):
+                with fl.case(case_id, SUITE, op=op, path=path) as case:
+                    case.skip(f"not swept: {why}")
+
+
+# ---- the cases of one op x dtype
+@dataclass
+class Spec:
+    """One generated call: dims of its category, and how it departs from the plain call."""
+
+    name: str
+    dims: tuple[int, ...]
+    layout: str | None = None
+    role_dtype: dict[str, torch.dtype] = field(default_factory=dict)  # tensor role -> its dtype
+    zero_dim: frozenset[str] = frozenset()  # tensor roles made 0-dim
+    extra: dict[str, Any] = field(default_factory=dict)  # keyword arguments set
+    out_dtype: torch.dtype | None = None
+    guarded: bool = False
+
+
+def _dims_name(dims: tuple[int, ...]) -> str:
+    return "x".join(map(str, dims))
+
+
+def _tensor_roles(overload: torch._ops.OpOverload) -> list[str]:
+    return [a.name for a in overload._schema.arguments
+            if str(getattr(a, "real_type", a.type)) in ("Tensor", "Optional[Tensor]")
+            and not (a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)]
+
+
+def _has_out(overload: torch._ops.OpOverload) -> bool:
+    return any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write for a in overload._schema.arguments)
+
+
+def _mixes(overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype) -> list[tuple[str, dict[str, Any]]]:
+    """(name, Spec fields) of the dtype mixes that apply: each a gate key of its own."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    roles = _tensor_roles(overload)
+    if len(roles) >= 2 and cat == "elementwise":  # type promotion between operands
+        other = roles[1]
+        if dtype.is_floating_point:
+            out.append((f"{other}=int64", {"role_dtype": {other: torch.int64}}))
+            out.append((f"{other}=float32[]", {"role_dtype": {other: torch.float32}, "zero_dim": frozenset({other})}))
+        else:
+            out.append((f"{other}=bfloat16", {"role_dtype": {other: torch.bfloat16}}))
+    if _has_out(overload):
+        wider = torch.float64 if dtype.is_floating_point or dtype.is_complex else torch.int64
+        if wider != dtype:
+            out.append((f"out={str(wider).removeprefix('torch.')}", {"out_dtype": wider}))
+    names = {a.name for a in overload._schema.arguments}
+    if {"mean", "rstd"} <= names and dtype in (torch.float16, torch.bfloat16):
+        # saved statistics in float32, as CUDA's layer norm keeps them (the CPU's are in the input dtype)
+        out.append(("mean,rstd=float32", {"role_dtype": {"mean": torch.float32, "rstd": torch.float32}}))
+    if "dtype" in names and not (dtype.is_floating_point or dtype.is_complex):
+        for target in (torch.int64, torch.float32):
+            out.append((f"dtype={str(target).removeprefix('torch.')}", {"extra": {"dtype": target}}))
+    return out
+
+
+def specs(op: str, overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype) -> list[Spec]:
+    """Every case of `op` in `dtype`: sizes, kwarg variants, layouts, dtype mixes."""
+    floating = dtype.is_floating_point or dtype.is_complex
+    sizes = SIZES[cat] if (floating or cat not in HEAVY) else ()
+    out = []
+    base = BASE_KWARGS.get(op, {})
+    for dims in sizes:
+        out.append(Spec(f"size={_dims_name(dims)}", dims, extra=dict(base), guarded=True))
+        for extra in KWARG_VARIANTS.get(op, ()):
+            words = ",".join(f"{k}={str(v).removeprefix('torch.')}" for k, v in extra.items())
+            out.append(Spec(f"size={_dims_name(dims)},{words}", dims, extra={**base, **extra}, guarded=True))
+    for layout in LAYOUTS:
+        if cat in LAYOUT_CATEGORIES.get(layout, frozenset({cat})):
+            dims = FOUR_D if (layout == "channels_last" and cat == "elementwise") else LAYOUT_DIMS[cat]
+            out.append(Spec(f"layout={layout}", dims, layout=layout, extra=dict(base)))
+    for dims in MIXED_SIZES.get(cat, (LAYOUT_DIMS[cat],)):
+        for name, fields in _mixes(overload, cat, dtype):
+            fields = {**fields, "extra": {**base, **fields.get("extra", {})}}
+            out.append(Spec(f"mixed:{name},size={_dims_name(dims)}", dims, **fields))
+    return out
+
+
+def make_plan(overload: torch._ops.OpOverload, cat: str, spec: Spec, dtype: torch.dtype, seed: int) -> Plan:
+    """The planned call of `spec`; NotSwept when the spec's layout applies to none of its tensors."""
+    g = torch.Generator().manual_seed(seed)
+    applied = []
+    first = _tensor_roles(overload)[:1]
+    inplace_self = writes_self(overload)
+
+    def make(role: str, shape: tuple[int, ...]) -> Planned:
+        if role in spec.zero_dim:
+            shape = ()
+        guarded = spec.guarded and inplace_self and role in first
+        role_dtype = spec.role_dtype.get(role, ROLE_DTYPES.get(role, dtype))
+        planned, did = plan_tensor(shape, role_dtype, spec.layout, guarded, g)
+        applied.append(did)
+        return planned
+
+    call = build(overload, cat, spec.dims, make, spec.extra)
+    if spec.layout is not None and not any(applied):
+        raise NotSwept(f"layout {spec.layout} applies to no input")
+    return Plan(call, overload)
+
+
+# ---- out= targets
+def _out_buffers(plan: Plan, out_like: list[torch.Tensor], spec: Spec) -> dict[str, Planned]:
+    """Guarded out= targets shaped like the native outputs (in the spec's out dtype, if any)."""
+    g = torch.Generator().manual_seed(7)
+    buffers = {}
+    for (_, name), like in zip(plan.call.out_slots, out_like):
+        dtype = spec.out_dtype or like.dtype
+        buffers[name], _ = plan_tensor(tuple(like.shape), dtype, None, True, g)
+    return buffers
+
+
+def _seed(*parts: str) -> int:
+    return zlib.crc32("/".join(parts).encode()) % (2**31)
+
+
+def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
+    fl.own_cases()
+    # The first stride comparison imports sympy (seconds): do it here, outside any case's time limit.
+    compare.compare_metadata(torch.empty(2, 3), torch.empty(2, 3))
+    op = sweep_op
+    overload = _overload(op)
+    cat = category(overload)
+    torch_dtype = getattr(torch, dtype)
+    paths = swept_paths(fl, op)
+    inplace = writes_self(overload)
+    base_id = f"{SUITE}/{op}/{dtype}"
+    for spec in specs(op, overload, cat, torch_dtype):
+        ids = {p: f"{base_id}/{p}/{spec.name}" for p in paths}
+        todo = [p for p in paths if not fl.done(ids[p])]
+        if not todo:
+            continue
+        try:
+            plan = make_plan(overload, cat, spec, torch_dtype, _seed(op, dtype, spec.name))
+        except NotSwept:
+            continue  # the spec does not apply to this op (a layout on none of its inputs)
+        try:
+            outs = None
+            if plan.call.out_slots:
+                probe = {name: torch.empty(0, dtype=spec.out_dtype or torch_dtype, device="flagos")
+                         for _, name in plan.call.out_slots}
+                probe_args, probe_kwargs, _ = Plan(plan.call, overload).place("flagos")
+                probed = leaves(overload(*probe_args, **{**probe_kwargs, **probe}))
+                outs = _out_buffers(plan, [t for t in probed if isinstance(t, torch.Tensor)], spec)
+            native = run_call(plan, outs, judge_inputs=not inplace)
+            again = run_call(plan, outs, judge_inputs=False)
+            fl.synchronize()
+        except Exception as exc:  # the native route rejects this call: nothing to compare a path with
+            if spec.layout is None and not spec.name.startswith("mixed"):
+                _skip_all(fl, ids, todo, op, dtype, f"the native route rejects this call: {type(exc).__name__}: "
+                                                    f"{str(exc)[:300]}")
+            continue
+        deterministic = same_results(native, again)
+        cpu_args, cpu_kwargs, _ = Plan(with_outs(plan.call, outs), overload).place("cpu")
+        inputs = [t for t in cpu_args if isinstance(t, torch.Tensor)]
+        key = call_key(overload, tuple(cpu_args), cpu_kwargs).text
+        for path in todo:
+            if (op, path, key) in fl.recorder.failed_keys:
+                # a crash or hang costs a worker and the case timeout: one per key is enough
+                _skip_all(fl, ids, [path], op, dtype, f"its gate key {key} already failed on {path}")
+                continue
+            with fl.case(ids[path], SUITE, op=op, dtype=dtype, path=path) as case:
+                fl.recorder.phase(spec.name)
+                forced = functools.partial(fl.forced, op, path)
+                got = run_call(plan, outs, judge_inputs=not inplace, route=forced)
+                second = run_call(plan, outs, judge_inputs=False, route=forced) if deterministic else None
+                fl.synchronize()
+                problems = got.problems + compare_runs(got, native, torch_dtype, inputs)
+                if second is not None and not same_results(got, second):
+                    problems.append("not deterministic: two identical calls differ, where the native route's agree")
+                _conclude(case, problems)
+
+
+def _skip_all(fl: Any, ids: dict[str, str], todo: list[str], op: str, dtype: str, why: str) -> None:
+    for path in todo:
+        with fl.case(ids[path], SUITE, op=op, dtype=dtype, path=path) as case:
+            case.skip(why)
+
+
+def _conclude(case: Any, problems: list[str]) -> None:
+    """One verdict for every gate key the forced calls reached."""
+    if problems:
+        status, message = "failed", "; ".join(problems)[:2000]
+    elif not case.keys:
+        status, message = "unjudged", "the forced path was never reached"
+    else:
+        status, message = "passed", ""
+    if status == "failed":
+        case.fail(message)
+    if case.keys:
+        case.by_key = {key: (status, message) for key in case.keys}
+    elif status == "unjudged":
+        case.unjudged(message)

@@ -1,0 +1,182 @@
+"""Running one generated call on the flagos device and judging a path's run against the native one.
+
+A call's tensors are planned once on the CPU (values, and the view that lays them out) and placed
+afresh for every run, so the native route and each path see the same inputs in the same layout.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch_fl.conformance import compare
+from torch_fl.conformance.sizes import GUARD
+from torch_fl.conformance.sweepgen import Call
+
+
+@dataclass
+class Planned:
+    """A tensor argument: values made once on the CPU, laid out by `view` on the device of a run."""
+
+    base: torch.Tensor
+    view: Callable[[torch.Tensor], torch.Tensor]
+    guarded: bool = False  # base is GUARD elements either side of the view
+
+
+def _values(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    magnitude = torch.randint(1, 6, shape, generator=g)  # no zeros: integer division by zero raises
+    if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64):
+        return magnitude.to(dtype)
+    sign = torch.randint(0, 2, shape, generator=g) * 2 - 1
+    return (magnitude * sign).to(dtype)
+
+
+def plan_tensor(shape: tuple[int, ...], dtype: torch.dtype, layout: str | None, guarded: bool,
+                g: torch.Generator) -> tuple[Planned, bool]:
+    """The tensor of logical `shape` in `layout`; also whether the layout applied to it."""
+    n = 1
+    for s in shape:
+        n *= s
+    if guarded:
+        return Planned(_values((GUARD + n + GUARD,), dtype, g), lambda t: t[GUARD:GUARD + n].view(shape), True), False
+    if layout == "transposed" and len(shape) >= 2:
+        swapped = shape[:-2] + (shape[-1], shape[-2])
+        return Planned(_values(swapped, dtype, g), lambda t: t.transpose(-1, -2)), True
+    if layout == "strided" and len(shape) >= 1:
+        wide = shape[:-1] + (2 * shape[-1],)
+        return Planned(_values(wide, dtype, g), lambda t: t[..., ::2]), True
+    if layout == "offset":
+        return Planned(_values((n + 1,), dtype, g), lambda t: t[1:].view(shape)), True
+    if layout == "expanded" and len(shape) >= 1 and shape[0] > 1:
+        return Planned(_values((1,) + shape[1:], dtype, g), lambda t: t.expand(shape)), True
+    if layout == "channels_last" and len(shape) == 4:
+        return Planned(_values(shape, dtype, g), lambda t: t.contiguous(memory_format=torch.channels_last)), True
+    if layout == "0-dim":
+        return Planned(_values((), dtype, g), lambda t: t), True
+    if layout == "empty" and len(shape) >= 2:  # the batch dim; weights and biases keep their size
+        return Planned(_values((0,) + shape[1:], dtype, g), lambda t: t), True
+    return Planned(_values(shape, dtype, g), lambda t: t), False
+
+
+@dataclass
+class Plan:
+    """A call with planned tensors; `place` makes a fresh copy of it on a device."""
+
+    call: Call
+    overload: torch._ops.OpOverload
+
+    def place(self, device: str) -> tuple[list[Any], dict[str, Any], list[tuple[Planned, torch.Tensor]]]:
+        bases: list[tuple[Planned, torch.Tensor]] = []
+
+        def put(value: Any) -> Any:
+            if isinstance(value, Planned):
+                base = value.base.to(device)
+                bases.append((value, base))
+                return value.view(base)
+            return value
+
+        return [put(a) for a in self.call.args], {k: put(v) for k, v in self.call.kwargs.items()}, bases
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    flat = t.detach().cpu().reshape(-1).contiguous()
+    return flat.view(torch.uint8) if flat.numel() else flat
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+@dataclass
+class Observed:
+    """One run of a call: its tensor outputs (device tensors), written targets, and what it broke."""
+
+    outputs: list[Any]
+    written: list[torch.Tensor]  # in-place self, or the out= tensors, after the call
+    problems: list[str]
+
+
+def leaves(result: Any) -> list[Any]:
+    """An op's result as a list of its outputs."""
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def with_outs(call: Call, outs: dict[str, Planned] | None) -> Call:
+    return call if outs is None else Call(call.args, {**call.kwargs, **outs}, call.out_slots, call.inplace)
+
+
+def run_call(plan: Plan, outs: dict[str, Planned] | None, judge_inputs: bool,
+             route: Callable[[], Any] = contextlib.nullcontext) -> Observed:
+    """Call the overload on flagos with a fresh copy of the planned arguments, inside `route()`
+    only (the copies and checks around it run on the native route)."""
+    call = with_outs(plan.call, outs)
+    args, kwargs, bases = Plan(call, plan.overload).place("flagos")
+    targets = [args[0]] if call.inplace else [kwargs[name] for _, name in call.out_slots]
+    target_ids = {id(t) for t in targets}
+    before_inputs = [(i, _bits(a)) for i, a in enumerate(args)
+                     if isinstance(a, torch.Tensor) and id(a) not in target_ids]
+    before_bases = [(base, _bits(base)) for planned, base in bases if planned.guarded]
+    storages = [t.untyped_storage().data_ptr() for t in targets]
+    with route():
+        result = plan.overload(*args, **kwargs)
+    problems: list[str] = []
+    returned = leaves(result)
+    for i, target in enumerate(targets):
+        what = "self" if call.inplace else f"out {call.out_slots[i][1]!r}"
+        got = returned[i] if i < len(returned) else None
+        if not isinstance(got, torch.Tensor) or got.data_ptr() != target.data_ptr():
+            problems.append(f"returned a new tensor, not {what}")
+        if target.untyped_storage().data_ptr() != storages[i]:
+            problems.append(f"{what} got new storage")
+    for base, before in before_bases:
+        edge = GUARD * base.element_size()  # bytes of guard on each side
+        after = _bits(base)
+        if not (torch.equal(after[:edge], before[:edge]) and torch.equal(after[-edge:], before[-edge:])):
+            problems.append("wrote past the end of its output (guard elements changed)")
+    if judge_inputs:
+        for i, before in before_inputs:
+            if not torch.equal(_bits(args[i]), before):
+                problems.append(f"changed its input {i}")
+    return Observed(returned, targets, problems)
+
+
+def _is_fp8(dtype: torch.dtype) -> bool:
+    return "float8" in str(dtype)
+
+
+def compare_runs(got: Observed, native: Observed, dtype: torch.dtype, inputs: list[torch.Tensor]) -> list[str]:
+    """Values and metadata of every output and written target of `got` against `native`."""
+    problems: list[str] = []
+    pairs = list(zip(got.outputs, native.outputs)) + list(zip(got.written, native.written))
+    for i, (a, e) in enumerate(pairs):
+        if not isinstance(e, torch.Tensor):
+            why = compare.compare_value(a, e, dtype)
+            if why:
+                problems.append(f"output {i}: {why}")
+            continue
+        if not isinstance(a, torch.Tensor):
+            problems.append(f"output {i}: got {type(a).__name__}, expected a tensor")
+            continue
+        problems += [f"output {i}: {p}" for p in compare.compare_metadata(a, e)]
+        if a.dtype != e.dtype or a.shape != e.shape:
+            continue
+        if _is_fp8(e.dtype):
+            if not _same_bits(a, e):
+                problems.append(f"output {i}: FP8 bits differ from the native route's")
+            continue
+        reduce = compare.reduction_length(inputs, e) if e.dim() else max(1, max((t.numel() for t in inputs), default=1))
+        why = compare.compare_tensor(a, e.cpu(), e.dtype, reduce)
+        if why:
+            problems.append(f"output {i}: {why}")
+    return problems
+
+
+def same_results(first: Observed, second: Observed) -> bool:
+    pairs = list(zip(first.outputs, second.outputs)) + list(zip(first.written, second.written))
+    return all(not isinstance(a, torch.Tensor) or (isinstance(b, torch.Tensor) and _same_bits(a, b)) for a, b in pairs)

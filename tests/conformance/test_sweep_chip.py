@@ -1,0 +1,180 @@
+"""The sweep suite catches defects that only sizes, layouts and dtype mixes show (fixtures/sweep_chip).
+
+One real `torch-fl conformance run sweep_chip --suite sweep` with thresholds drawn at random for
+this run inside the swept range: a kernel that crashes above a size, one that hangs above an
+extent, wrong values above a size, strides ignored for integers, wrong only for mixed dtypes, an
+in-place kernel that allocates, a nondeterministic one, a wrong output dtype, a write past the
+end; relu and tanh are correct. The record must disable each defective route for exactly the gate
+keys it fails, and a program run afterwards, at sizes below and above the thresholds, must get
+right results without aborting or hanging, with the good kernels served by `vendor`.
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conformance_helpers import FIXTURES, conformance, run_env
+
+from torch_fl.conformance.sizes import ELEMENTWISE_NUMELS, SIZES
+from torch_fl.routing.gatekey import size_class
+
+pytestmark = pytest.mark.slow
+
+
+def _draw() -> dict[str, int]:
+    """Thresholds inside the swept range, above the layout and mix cases' small sizes."""
+    rng = random.Random()
+    return {
+        "crash_numel": rng.randint(600, 60000),
+        "hang_k": rng.choice([k for _, _, k in SIZES["matmul"] if 100 <= k < 4096]) + rng.randint(0, 1),
+        "wrong_numel": rng.randint(600, 1_000_000),
+    }
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    plats = tmp_path_factory.mktemp("plats")
+    shutil.copytree(FIXTURES / "sweep_chip", plats / "sweep_chip")
+    thresholds = _draw()
+    env = run_env(FLAGOS_PLATFORM_PATH=str(plats), SWEEP_CHIP_THRESHOLDS=json.dumps(thresholds))
+    out = conformance(["sweep_chip", "--suite", "sweep", "--paths", "native,vendor", "-n", "2", "--timeout", "10",
+                       "--fail-on-failure"], env, timeout=1500)
+    record = json.loads(Path(out["record"]).read_text())
+    return {"out": out, "env": env, "thresholds": thresholds, "gate": record["gate"], "plats": plats}
+
+
+def _verdicts(run: dict[str, Any], op: str) -> dict[str, str]:
+    return run["gate"].get(op, {}).get("vendor", {})
+
+
+def _failed(run: dict[str, Any], op: str) -> set[str]:
+    return {k for k, v in _verdicts(run, op).items() if v == "failed"}
+
+
+def _passed(run: dict[str, Any], op: str) -> set[str]:
+    return {k for k, v in _verdicts(run, op).items() if v == "passed"}
+
+
+def _classes_above(threshold: int) -> set[str]:
+    """Size classes with an elementwise size case above `threshold`."""
+    return {size_class(n) for n in ELEMENTWISE_NUMELS if n > threshold}
+
+
+def test_the_run_completes_and_says_which_paths_failed(sweep_run):
+    out = sweep_run["out"]
+    assert out["complete"], out
+    assert out["failures_by_path"]["vendor"] > 0 and not out["failures_by_path"].get("native"), out
+    assert out["cli_exit"] == 2 and out["cases_per_s"], out  # --fail-on-failure: a vendor failure fails CI
+
+
+def test_crash_above_a_size_disables_exactly_the_classes_above(sweep_run):
+    t = sweep_run["thresholds"]["crash_numel"]
+    assert _failed(sweep_run, "aten::neg") >= {f"float32@{c}" for c in _classes_above(t)}, sweep_run["thresholds"]
+    assert "float32@tiny" in _passed(sweep_run, "aten::neg")
+    below = {size_class(n) for n in ELEMENTWISE_NUMELS} - _classes_above(t)
+    assert {f"float32@{c}" for c in below} <= _passed(sweep_run, "aten::neg"), sweep_run["thresholds"]
+
+
+def test_hang_above_an_extent_fails_its_keys_only(sweep_run):
+    failed = _failed(sweep_run, "aten::mm")
+    assert failed and all(k.startswith("float32,float32@") for k in failed), failed
+    assert _passed(sweep_run, "aten::mm"), "the small matmuls stay enabled"
+
+
+def test_wrong_values_for_large_inputs(sweep_run):
+    t = sweep_run["thresholds"]["wrong_numel"]
+    failed = _failed(sweep_run, "aten::add.Tensor")
+    assert {f"float32,float32@{c}" for c in _classes_above(t)} <= failed, (t, failed)
+    assert "float32,float32@tiny" in _passed(sweep_run, "aten::add.Tensor")
+
+
+def test_strides_ignored_for_integers(sweep_run):
+    assert "int32@small" in _failed(sweep_run, "aten::abs")  # the layout cases run at 33x17
+    assert "float32@small" in _passed(sweep_run, "aten::abs")
+
+
+def test_wrong_for_mixed_dtypes_only(sweep_run):
+    failed = _failed(sweep_run, "aten::mul.Tensor")
+    assert "float32,int64@tiny" in failed and "int32,bfloat16@tiny" in failed, failed
+    assert "float32,float32@huge" in _passed(sweep_run, "aten::mul.Tensor")
+
+
+def test_inplace_that_allocates(sweep_run):
+    assert "float32,float32@tiny" in _failed(sweep_run, "aten::add_.Tensor")
+    assert not _passed(sweep_run, "aten::add_.Tensor")
+
+
+def test_nondeterministic(sweep_run):
+    failed, passed = _failed(sweep_run, "aten::sum.dim_IntList"), _passed(sweep_run, "aten::sum.dim_IntList")
+    assert any(k.startswith("float32") for k in failed), failed
+    assert any(k.startswith("int32") for k in passed), passed  # integer sums are exact: no noise added
+
+
+def test_wrong_output_dtype(sweep_run):
+    assert any(k.startswith("int32") for k in _failed(sweep_run, "aten::exp"))
+    assert any(k.startswith("float32") for k in _passed(sweep_run, "aten::exp"))
+
+
+def test_write_past_the_end(sweep_run):
+    assert "float32->float32@huge" in _failed(sweep_run, "aten::sigmoid.out")
+
+
+def test_good_kernels_pass_every_key(sweep_run):
+    for op in ("aten::relu", "aten::tanh"):
+        verdicts = _verdicts(sweep_run, op)
+        assert verdicts and set(verdicts.values()) == {"passed"}, (op, verdicts)
+        assert {k.rsplit("@", 1)[1] for k in verdicts} >= {"tiny", "small", "medium", "large", "huge"}
+
+
+PROGRAM = r"""
+import json, sys, torch, torch_fl
+from torch_fl.routing import stats
+t = json.loads(sys.argv[1])
+sizes = [64, t["crash_numel"] + 1, t["wrong_numel"] + 1, 2**20 + 1]
+for n in sizes:
+    x = torch.randn(n)
+    i = torch.randint(-5, 6, (n,), dtype=torch.int32)
+    d = x.to("flagos")
+    assert torch.equal(torch.neg(d).cpu(), torch.neg(x))
+    assert torch.equal(torch.add(d, d).cpu(), torch.add(x, x))
+    assert torch.equal(torch.relu(d).cpu(), torch.relu(x)) and torch.allclose(torch.tanh(d).cpu(), torch.tanh(x))
+    assert torch.exp(i.to("flagos")).dtype == torch.float32
+    mixed = torch.mul(i.to("flagos"), torch.ones(n, dtype=torch.bfloat16, device="flagos"))
+    assert torch.equal(mixed.cpu(), i * torch.ones(n, dtype=torch.bfloat16))
+    acc = d.clone(); assert acc.add_(d) is acc
+    buf = torch.zeros(n + 1, device="flagos"); torch.sigmoid(d, out=buf[:n]); assert buf[n].item() == 0
+# a size class is proven by the extents swept in it: above the threshold, call at a swept failing shape
+for m, k, n in ((17, 65, 33), (64, 4096, 64)):
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    assert torch.allclose(torch.mm(a.to("flagos"), b.to("flagos")).cpu(), a @ b, atol=1e-3)
+s = torch.randint(-5, 6, (33, 17), dtype=torch.int32).t()
+assert torch.equal(torch.abs(s.to("flagos")).cpu(), torch.abs(s))
+print(json.dumps([[r.op, r.path, r.calls] for r in stats()]))
+"""
+
+
+def test_runtime_serves_good_keys_by_vendor_and_never_aborts_or_hangs(sweep_run):
+    env = {**sweep_run["env"], "FLAGOS_PLATFORM": "sweep_chip"}
+    proc = subprocess.run([sys.executable, "-c", PROGRAM, json.dumps(sweep_run["thresholds"])], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"thresholds {sweep_run['thresholds']}:\n{proc.stderr[-3000:]}"
+    served = {(op, path) for op, path, _ in json.loads(proc.stdout.strip().splitlines()[-1])}
+    assert ("aten::relu", "vendor") in served and ("aten::tanh", "vendor") in served, served
+    for op in ("aten::neg", "aten::mm"):  # small on vendor, above the threshold not
+        assert (op, "vendor") in served and (op, "native") in served, (op, served)
+
+
+def test_explain_names_the_failing_keys(sweep_run):
+    code = ("import json, torch_fl; from torch_fl.routing import explain; "
+            "print(json.dumps(explain('aten::neg').as_dict()))")
+    proc = subprocess.run([sys.executable, "-c", code], env={**sweep_run["env"], "FLAGOS_PLATFORM": "sweep_chip"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    vendor = next(p for p in json.loads(proc.stdout.strip().splitlines()[-1])["paths"] if p["path"] == "vendor")
+    assert "float32@tiny" in vendor["validated_keys"] and "float32@huge" not in vendor["validated_keys"], vendor

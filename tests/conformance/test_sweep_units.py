@@ -1,0 +1,113 @@
+"""The sweep suite's table and generators, without a platform: what sizes, layouts and calls it makes."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch_fl.conformance.sizes import ELEMENTWISE_NUMELS, LAYOUTS, MIXED_SIZES, SIZES
+from torch_fl.conformance.suites.sweep import specs
+from torch_fl.conformance.sweepcall import plan_tensor
+from torch_fl.conformance.sweepgen import NotSwept, build, category
+from torch_fl.routing.gatekey import SIZE_CLASSES, size_class
+
+ALL_CLASSES = {name for name, _ in SIZE_CLASSES}
+
+
+def test_elementwise_sizes_reach_every_size_class_around_powers_of_two():
+    assert {size_class(n) for n in ELEMENTWISE_NUMELS} == ALL_CLASSES
+    assert {size_class(n[0]) for n in MIXED_SIZES["elementwise"]} == ALL_CLASSES
+    assert {2**20 - 1, 2**20, 2**20 + 1} <= set(ELEMENTWISE_NUMELS)
+
+
+def test_the_heavy_categories_reach_the_promised_extents():
+    assert max(r for _, r in SIZES["reduction"]) >= 65536 and max(rows for rows, _ in SIZES["reduction"]) >= 4096
+    for axis in range(3):
+        assert max(d[axis] for d in SIZES["matmul"]) >= 4096
+    assert any(any(e % 8 for e in d) for d in SIZES["matmul"] if max(d) >= 4096)
+    assert {d for *_, s, d in SIZES["attention"] if s >= 2048} == {64, 128}
+    assert any(d[1:4] == (3, 224, 224) for d in SIZES["conv"])
+    assert max(d[1] for d in SIZES["norm"]) >= 2048
+
+
+@pytest.mark.parametrize(("op", "expected"), [
+    ("abs", "elementwise"), ("add.Tensor", "elementwise"), ("sum.dim_IntList", "reduction"), ("mm", "matmul"),
+    ("native_layer_norm", "norm"), ("native_layer_norm_backward", "norm"), ("_softmax", "norm"),
+    ("convolution", "conv"), ("_to_copy", "elementwise"),
+])
+def test_category(op, expected):
+    from torch_fl.kernels.base import resolve
+
+    assert category(resolve(f"aten::{op}")) == expected
+
+
+def test_random_ops_are_not_swept_and_say_why():
+    with pytest.raises(NotSwept, match="random"):
+        category(torch.ops.aten.bernoulli.default)
+
+
+def test_build_fills_the_schema():
+    def make(role, shape):
+        return (role, shape)
+
+    inplace = build(torch.ops.aten.add_.Tensor, "elementwise", (5,), make)
+    assert inplace.inplace and inplace.args == [("self", (5,)), ("other", (5,))]
+    out = build(torch.ops.aten.add.out, "elementwise", (5,), make)
+    assert out.out_slots == [(None, "out")] and not out.inplace
+    conv = build(torch.ops.aten.convolution.default, "conv", (1, 3, 224, 224, 64, 7, 2, 3), make)
+    assert conv.args[0] == ("input", (1, 3, 224, 224)) and conv.args[1] == ("weight", (64, 3, 7, 7))
+    assert conv.args[3:] == [[2, 2], [3, 3], [1, 1], False, [0, 0], 1]
+    reduced = build(torch.ops.aten.sum.dim_IntList, "reduction", (3, 7), make, {"dtype": torch.int64})
+    assert reduced.args[1] == -1 and reduced.kwargs == {"dtype": torch.int64}
+
+
+def test_layouts_make_the_strides_they_name():
+    g = torch.Generator().manual_seed(0)
+
+    def laid(layout, shape=(4, 6)):
+        planned, applied = plan_tensor(shape, torch.int32, layout, False, g)
+        assert applied, layout
+        return planned.view(planned.base)
+
+    assert laid("transposed").stride() == (1, 4)
+    assert laid("strided").stride() == (12, 2)
+    assert laid("offset").storage_offset() == 1
+    assert laid("expanded").stride()[0] == 0
+    assert laid("channels_last", (2, 3, 4, 5)).is_contiguous(memory_format=torch.channels_last)
+    assert laid("0-dim").dim() == 0 and laid("empty").numel() == 0
+    guarded, _ = plan_tensor((3, 5), torch.float32, None, True, g)
+    assert guarded.guarded and guarded.view(guarded.base).storage_offset() > 0
+
+
+def test_every_dtype_gets_every_layout_and_integers_get_dtype_mixes():
+    names = {s.name for s in specs("aten::sum.dim_IntList", torch.ops.aten.sum.dim_IntList, "reduction", torch.int32)}
+    assert {f"layout={layout}" for layout in LAYOUTS if layout != "channels_last"} <= names
+    assert any(n.startswith("mixed:dtype=float32") for n in names)
+    mm = {s.name for s in specs("aten::mm", torch.ops.aten.mm.default, "matmul", torch.int32)}
+    assert not any(n.startswith("size=") for n in mm) and "layout=transposed" in mm  # integer matmul: layouts only
+
+
+def test_a_layer_norm_backward_gets_per_row_statistics():
+    def make(role, shape):
+        return (role, shape)
+
+    call = build(torch.ops.aten.native_layer_norm_backward.default, "norm", (2, 2048, 1024), make)
+    shapes = dict(a for a in call.args if isinstance(a, tuple))
+    assert shapes["grad_out"] == shapes["input"] == (2, 2048, 1024) and shapes["mean"] == shapes["rstd"] == (2, 2048, 1)
+    assert shapes["weight"] == (1024,) and call.args[-1] == [True, True, True]
+
+
+@pytest.mark.parametrize(("category_name", "op"), [
+    ("reduction", "sum.dim_IntList"), ("matmul", "mm"), ("matmul", "addmm"), ("norm", "native_layer_norm"),
+    ("attention", "_scaled_dot_product_flash_attention_for_cpu"), ("conv", "convolution"),
+])
+def test_every_category_reaches_every_size_class_by_its_largest_argument(category_name, op):
+    from torch_fl.kernels.base import resolve
+
+    shapes: list[tuple[int, ...]] = []
+    classes = set()
+    for dims in SIZES[category_name]:
+        shapes.clear()
+        build(resolve(f"aten::{op}"), category_name, dims, lambda role, shape: shapes.append(shape))
+        classes.add(size_class(max(math.prod(s) for s in shapes)))
+    assert classes == ALL_CLASSES, (op, classes)
