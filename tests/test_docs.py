@@ -1,11 +1,205 @@
-"""Docs that are generated from the code stay in step with it."""
+"""Docs stay in step with the code: generated tables, and every command, file, variable and suite they name."""
 from __future__ import annotations
 
+import functools
+import json
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+# The reference docs; CHANGELOG.md is history and may name what no longer exists.
+DOCS = sorted({ROOT / "README.md", ROOT / "bench" / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("skills/*/SKILL.md")})
+DOC_IDS = [str(doc.relative_to(ROOT)) for doc in DOCS]
+
+# Run where `torch-fl` runs (the CLI process never activates flagos), so the answer is the command's own view.
+_CLI_FACTS = """
+import json, sys
+sys.argv[0] = "torch-fl"
+import click, typer.main
+from torch_fl import env
+from torch_fl.cli import app, commands
+from torch_fl.cli.info import declare_all
+from torch_fl.conformance.runner import SUITES
+
+def walk(command, path):
+    found = {" ".join(path): sorted(o for p in command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-"))}
+    for name, sub in getattr(command, "commands", {}).items():
+        found.update(walk(sub, [*path, name]))
+    return found
+
+declare_all()
+print(json.dumps({"commands": walk(typer.main.get_command(app), []),
+                  "variables": [v.name for v in env.declared()], "suites": list(SUITES)}))
+"""
+
+
+@dataclass(frozen=True)
+class CliFacts:
+    commands: dict[str, list[str]]  # "routes show" -> its options
+    variables: list[str]
+    suites: list[str]
+
+
+@functools.cache
+def cli_facts() -> CliFacts:
+    out = subprocess.run([sys.executable, "-c", _CLI_FACTS], capture_output=True, text=True, check=True).stdout
+    return CliFacts(**json.loads(out))
+
+
+def code_snippets(text: str) -> list[str]:
+    """Inline code spans, and the commands of fenced blocks (a command's indented lines continue it)."""
+    blocks = re.findall(r"^```[^\n]*\n(.*?)^```", text, re.S | re.M)
+    prose = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.S | re.M)
+    snippets = re.findall(r"`([^`\n]+)`", prose)
+    for block in blocks:
+        for line in block.splitlines():
+            if line[:1].isspace() and snippets and line.strip():
+                snippets[-1] += " " + line.strip()
+            else:
+                snippets.append(line)
+    return [re.split(r"\s#\s|\s#$", s)[0] for s in snippets]
+
+
+def command_words(snippet: str, program: str) -> list[list[str]]:
+    """The words after each `program` in a snippet, up to the end of that shell command."""
+    found = []
+    for match in re.finditer(rf"(?<![\w/.-]){re.escape(program)}(?=\s|$)", snippet):
+        rest = re.split(r"&&|\|\||[|;)]", snippet[match.end():])[0]
+        found.append(rest.split())
+    return found
+
+
+def torch_fl_problems(words: list[str], facts: CliFacts) -> list[str]:
+    """What is wrong with `torch-fl WORDS`: an unknown command, or an option that command does not take."""
+    path: list[str] = []
+    problems = []
+    for i, word in enumerate(words):
+        here = " ".join(path)
+        subcommands = {c.rsplit(" ", 1)[-1] for c in facts.commands if c and c.rpartition(" ")[0] == here}
+        if word.startswith("-"):
+            option = word.split("=")[0].strip("[]")
+            if option not in facts.commands[here]:
+                problems.append(f"`torch-fl {here}` has no option {option}")
+            if option == "--suite" and i + 1 < len(words):
+                problems += [f"no suite {s!r}" for s in words[i + 1].split(",") if s not in facts.suites]
+        elif subcommands and i == len(path):
+            if word not in subcommands:
+                problems.append(f"`torch-fl {here}` has no command {word!r}")
+                break
+            path.append(word)
+    return problems
+
+
+def doc_text(doc: Path) -> str:
+    return doc.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=DOC_IDS)
+def test_torch_fl_commands_and_options_exist(doc: Path):
+    facts = cli_facts()
+    problems = [
+        f"`torch-fl {' '.join(words)}`: {problem}"
+        for snippet in code_snippets(doc_text(doc))
+        for words in command_words(snippet, "torch-fl")
+        for problem in torch_fl_problems(words, facts)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=DOC_IDS)
+def test_script_options_exist(doc: Path):
+    # `python bench/x.py --opt`: the script declares --opt.
+    problems = []
+    for snippet in code_snippets(doc_text(doc)):
+        for script, args in re.findall(r"python3? ((?:bench|examples)/\w+\.py)((?: [^&|;]*)?)", snippet):
+            source = (ROOT / script).read_text() if (ROOT / script).is_file() else ""
+            problems += [f"{script}: no option {o}" for o in re.findall(r"--[\w-]+", args) if f'"{o}"' not in source]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=DOC_IDS)
+def test_lone_options_belong_to_a_command_or_script(doc: Path):
+    # An option named on its own (`--add`) is one of torch-fl's or a bench/example script's.
+    known = {o for options in cli_facts().commands.values() for o in options}
+    scripts = "".join(p.read_text() for p in [*ROOT.glob("bench/*.py"), *ROOT.glob("examples/*.py")])
+    lone = {s.split()[0].split("=")[0] for s in code_snippets(doc_text(doc)) if s.startswith("--")}
+    unknown = sorted(o for o in lone if o not in known and f'"{o}"' not in scripts)
+    assert not unknown, f"options no command or script takes: {unknown}"
+
+
+# A path the docs name, from the repository root: a top-level folder followed by more of the path.
+_TOP = "|".join(re.escape(p.name) for p in sorted(ROOT.iterdir()) if p.is_dir() and not p.name.startswith((".venv", ".git")))
+_PATH = re.compile(rf"(?<![\w./~-])((?:{_TOP})/[\w./<>*-]*[\w>*/])")
+
+
+def repository_paths(text: str) -> set[str]:
+    return {p.rstrip("./") for p in _PATH.findall(text)}
+
+
+def as_pattern(path: str) -> str:
+    """`platforms/<name>/platform.yaml` and `platforms/NAME/routes.yaml` read as patterns."""
+    return "/".join("*" if re.fullmatch(r"[A-Z][A-Z_]*", part) else re.sub(r"<[^>]*>", "*", part)
+                    for part in path.split("/"))
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=DOC_IDS)
+def test_named_files_exist(doc: Path):
+    # A pattern matches a file here, or names a file `torch-fl onboard` writes into a new platform folder.
+    onboarding = "".join(p.read_text() for p in ROOT.glob("onboarding/*.py"))
+    missing = [path for path in sorted(repository_paths(doc_text(doc)))
+               if not any(ROOT.glob(as_pattern(path)))
+               and not (as_pattern(path) != path and f'"{Path(path).name}"' in onboarding)]
+    assert not missing, f"paths that are not in the repository: {missing}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=DOC_IDS)
+def test_named_variables_are_declared(doc: Path):
+    declared = set(cli_facts().variables)
+    patterns = [re.escape(v).replace(re.escape("<op>"), r"\w+") for v in declared if "<" in v]
+    named = set(re.findall(r"FLAGOS_[A-Za-z0-9_]*(?:<\w+>)?", doc_text(doc))) - {"FLAGOS_"}
+    unknown = sorted(v for v in named if v not in declared and not any(re.fullmatch(p, v) for p in patterns))
+    assert not unknown, f"variables torch_fl.env does not declare: {unknown}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=DOC_IDS)
+def test_named_suites_exist(doc: Path):
+    text = doc_text(doc)
+    named = set(re.findall(r"`(\w+)` suite", text)) | set(re.findall(r"suite `(\w+)`", text))
+    unknown = sorted(named - set(cli_facts().suites))
+    assert not unknown, f"conformance suites that do not exist: {unknown}"
+
+
+def test_suite_lists_name_every_suite():
+    suites = set(cli_facts().suites)
+    package_doc = (ROOT / "conformance" / "__init__.py").read_text()
+    listed = re.search(r"- suites/\s+(.*)", package_doc)
+    assert listed and set(re.findall(r"\w+", listed.group(1))) == suites, "conformance/__init__.py lists other suites"
+    conformance_section = doc_text(ROOT / "README.md").split("## Conformance", 1)[1].split("\n## ", 1)[0]
+    unnamed = sorted(s for s in suites if not re.search(rf"\b{s}\b", conformance_section))
+    assert not unnamed, f"README's Conformance section does not name {unnamed}"
+
+
+_OUTSIDE = re.compile(r"\.\./shared|shared/probes|DESIGN\.md|\bprobes/")
+
+
+def test_nothing_refers_outside_the_repository():
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    texts = [ROOT / f for f in tracked.split() if f.endswith((".md", ".py", ".yaml", ".sh", ".toml", ".txt", ".j2"))]
+    this = Path(__file__).resolve()
+    offending = [str(f.relative_to(ROOT)) for f in texts if f != this and f.is_file() and _OUTSIDE.search(f.read_text())]
+    assert not offending, f"files that cite what is not in this repository: {offending}"
+
+
+def test_build_time_is_the_one_the_build_prints():
+    build = (ROOT / "torch_fl" / "runtime" / "build.py").read_text()
+    stated = re.search(r'BUILD_TIME = "([^"]+)"', build).group(1)
+    readme = doc_text(ROOT / "README.md")
+    assert stated.split(",")[0] in readme, f"README does not give the build time the build prints: {stated!r}"
 
 
 def test_environment_table_matches_the_declarations():
