@@ -1,6 +1,7 @@
 """Docs stay in step with the code: generated tables, and every command, file, variable and suite they name."""
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import re
@@ -13,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # The reference docs; CHANGELOG.md is history and may name what no longer exists.
-DOCS = sorted({ROOT / "README.md", ROOT / "bench" / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("skills/*/SKILL.md")})
+DOCS = sorted({ROOT / "README.md", ROOT / "bench" / "README.md", *ROOT.glob("docs/*.md"),
+               *ROOT.glob("skills/*/SKILL.md")})
 DOC_IDS = [str(doc.relative_to(ROOT)) for doc in DOCS]
 
 # Run where `torch-fl` runs (the CLI process never activates flagos), so the answer is the command's own view.
@@ -27,7 +29,8 @@ from torch_fl.cli.info import declare_all
 from torch_fl.conformance.runner import SUITES
 
 def walk(command, path):
-    found = {" ".join(path): sorted(o for p in command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-"))}
+    options = (o for p in command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-"))
+    found = {" ".join(path): sorted(options)}
     for name, sub in getattr(command, "commands", {}).items():
         found.update(walk(sub, [*path, name]))
     return found
@@ -133,7 +136,8 @@ def test_lone_options_belong_to_a_command_or_script(doc: Path):
 
 
 # A path the docs name, from the repository root: a top-level folder followed by more of the path.
-_TOP = "|".join(re.escape(p.name) for p in sorted(ROOT.iterdir()) if p.is_dir() and not p.name.startswith((".venv", ".git")))
+_TOP = "|".join(re.escape(p.name) for p in sorted(ROOT.iterdir())
+                if p.is_dir() and not p.name.startswith((".venv", ".git")))
 _PATH = re.compile(rf"(?<![\w./~-])((?:{_TOP})/[\w./<>*-]*[\w>*/])")
 
 
@@ -191,7 +195,8 @@ def test_nothing_refers_outside_the_repository():
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     texts = [ROOT / f for f in tracked.split() if f.endswith((".md", ".py", ".yaml", ".sh", ".toml", ".txt", ".j2"))]
     this = Path(__file__).resolve()
-    offending = [str(f.relative_to(ROOT)) for f in texts if f != this and f.is_file() and _OUTSIDE.search(f.read_text())]
+    offending = [str(f.relative_to(ROOT)) for f in texts
+                 if f != this and f.is_file() and _OUTSIDE.search(f.read_text())]
     assert not offending, f"files that cite what is not in this repository: {offending}"
 
 
@@ -200,6 +205,79 @@ def test_build_time_is_the_one_the_build_prints():
     stated = re.search(r'BUILD_TIME = "([^"]+)"', build).group(1)
     readme = doc_text(ROOT / "README.md")
     assert stated.split(",")[0] in readme, f"README does not give the build time the build prints: {stated!r}"
+
+
+# The layer diagram in the README ("How the device works"): its rows, top first, name modules in the
+# first column; a row whose names end with a comma goes on in the next line.
+_PACKAGES = {"torch_fl": "torch_fl", "conformance": "torch_fl.conformance", "onboarding": "torch_fl.onboarding"}
+
+
+def diagram_layers() -> list[set[str]]:
+    section = doc_text(ROOT / "README.md").split("## How the device works", 1)[1]
+    block = re.search(r"```\n(.*?)```", section, re.S).group(1)
+    layers: list[set[str]] = []
+    continued = False
+    for line in block.splitlines():
+        names = line[:30].split()
+        if not names or line[0].isspace() or "/" in names[0]:
+            continue
+        modules = {_PACKAGES.get(n.strip(","), n.strip(",") if "." in n else f"torch_fl.{n.strip(',')}")
+                   for n in names}
+        if continued:
+            layers[-1] |= modules
+        else:
+            layers.append(modules)
+        continued = names[-1].endswith(",")
+    return layers
+
+
+def package_modules() -> dict[str, Path]:
+    """Module name -> file, for the package as installed (conformance/ is torch_fl.conformance)."""
+    files = {}
+    for folder, package in _PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            files[".".join((package, *parts)).removesuffix(".__init__")] = path
+    return files
+
+
+def module_imports() -> list[tuple[str, str, str]]:
+    """(module, imported module, where) for every absolute import of the package's Python files."""
+    files = package_modules()
+    found = []
+    for module, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module
+                           for a in node.names]
+            else:
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            found += [(module, t, where) for t in targets if t.split(".")[0] == "torch_fl"]
+    return found
+
+
+def layer_index(module: str, layers: list[set[str]]) -> int:
+    # The row of the longest name the module falls under (torch_fl.routing.tuner: torch_fl.routing).
+    rows = [(len(name), i) for i, row in enumerate(layers) for name in row
+            if module == name or module.startswith(name + ".")]
+    return max(rows)[1]
+
+
+def test_layer_diagram_names_modules_that_exist():
+    modules = package_modules()
+    unknown = sorted(name for row in diagram_layers() for name in row if name not in modules)
+    assert not unknown, f"the README's layer diagram names modules that do not exist: {unknown}"
+
+
+@pytest.mark.xfail(strict=True, reason="torch_fl/routing/tuner_worker.py still imports the conformance journal")
+def test_imports_point_down_the_readme_layers():
+    layers = diagram_layers()
+    upward = [f"{where}: {module} imports {target}" for module, target, where in module_imports()
+              if layer_index(target, layers) < layer_index(module, layers)]
+    assert not upward, "imports that run up the README's layers:\n" + "\n".join(upward)
 
 
 def test_environment_table_matches_the_declarations():
