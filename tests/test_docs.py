@@ -161,6 +161,35 @@ def test_named_files_exist(doc: Path):
     assert not missing, f"paths that are not in the repository: {missing}"
 
 
+def module_names(path: Path) -> set[str]:
+    """What a module defines or exports at its top level (its `__all__` included)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
+                names |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)}
+    return names
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=DOC_IDS)
+def test_named_python_names_exist(doc: Path):
+    # `torch_fl.routing.set_route`: a module of the package, then a name that module defines or exports.
+    modules = package_modules()
+    unknown = []
+    for dotted in sorted(set(re.findall(r"torch_fl(?:\.\w+)+", doc_text(doc)))):
+        module = max((m for m in modules if dotted == m or dotted.startswith(m + ".")), key=len)
+        rest = dotted[len(module) + 1:].split(".")
+        if rest != [""] and rest[0] not in module_names(modules[module]):
+            unknown.append(dotted)
+    assert not unknown, f"names the package does not have: {unknown}"
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=DOC_IDS)
 def test_named_variables_are_declared(doc: Path):
     declared = set(cli_facts().variables)
