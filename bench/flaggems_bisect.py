@@ -98,8 +98,10 @@ def bisect(args: argparse.Namespace, ops: list[str], reference: list[float]) -> 
         table = flaggems_ops()
         device = args.device
     else:
-        import torch_fl  # noqa: F401  activates the platform
+        import torch_fl
         from torch_fl.routing.runtime import forced
+
+        torch_fl.activate()
 
         device = "flagos"
     # registering over the CUDA kernel is the point here; torch warns about it on every overload

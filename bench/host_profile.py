@@ -78,7 +78,9 @@ def main() -> None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         print(json.dumps(measure(device, args.config, args.steps)))
         return
-    import torch_fl  # noqa: F401  (activates the platform)
+    import torch_fl
+
+    torch_fl.activate()
 
     backing = _backing("flagos")
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}

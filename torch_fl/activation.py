@@ -1,16 +1,21 @@
 """Activating a platform in this process: choose it, gate it, start the runtime, install routes.
 
+The rule: a process activates flagos when PyTorch autoloads torch_fl during `import torch` (the
+`torch.backends` entry point `torch_fl:_autoload`; TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns it off) or
+when it calls `torch_fl.activate()`. Importing torch_fl or any of its modules activates nothing, so
+the `torch-fl` command can import the package without torch; it also turns the autoload off for its
+own process (`activate_only_when_asked`), because it activates the platform a command names.
+
 Containment on CUDA machines: registering any PrivateUse1 backend makes it PyTorch's current
 accelerator (at::getAccelerator prefers PrivateUse1 since PyTorch 2.8, pytorch/pytorch#161129),
 after which the autograd engine finds no stream for plain-CUDA nodes and a backward over plain
 CUDA tensors dies on an internal assert. That cannot be undone inside a process, so on a machine
-with a real CUDA device flagos is only registered when asked for (FLAGOS_PLATFORM, or
-`torch_fl.activate()`); a plain `import torch` / `import torch_fl` leaves CUDA untouched.
+with a real CUDA device the autoload registers flagos only when FLAGOS_PLATFORM asks for it (a plain
+`import torch` leaves CUDA untouched and says why flagos is off); `torch_fl.activate()` always asks.
 """
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Optional
@@ -23,7 +28,8 @@ CONTAINMENT_NOTE = (
     "torch_fl: this machine has a CUDA device, so flagos was not registered in this process: registering a "
     "PrivateUse1 device makes it PyTorch's accelerator and breaks autograd on plain CUDA tensors "
     "(pytorch/pytorch#161129). Set FLAGOS_PLATFORM=<name> or call torch_fl.activate() to use device='flagos' "
-    "here; run plain-CUDA references in a process that does not."
+    "here; run plain-CUDA references in a process that does not (TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps torch "
+    "from loading torch_fl there)."
 )
 
 
@@ -42,7 +48,8 @@ class ActivePlatform:
 
 
 _active: Optional[ActivePlatform] = None
-_failure: Optional[str] = None  # why activation during import failed, reported once
+_autoload_enabled = True  # False once the process said it activates only when asked
+_activating = False  # True while activate() imports torch, whose autoload then leaves the work to it
 _warned_broken: set[str] = set()
 
 
@@ -60,28 +67,18 @@ def _real_cuda_present() -> bool:
     return bool(torch.cuda._is_compiled() and torch.cuda.device_count() > 0)
 
 
-def _inside_torch_autoload() -> bool:
-    """True while PyTorch imports backend entry points during its own `import torch`."""
-    frame = sys._getframe()
-    while frame is not None:
-        if frame.f_code.co_name == "_import_device_backends":
-            return True
-        frame = frame.f_back
-    return False
-
-
 def activate(name: Optional[str] = None) -> ActivePlatform:
     """Activate a platform (by name, else FLAGOS_PLATFORM, else detection) in this process."""
-    global _active
+    global _active, _activating
     if _active is not None:
         if name is not None and name != _active.name:
             raise RuntimeError(f"platform {_active.name!r} is already active; a process runs one platform")
         return _active
-    import torch
-
-    if _active is not None:
-        # this `import torch` was its first: its backend autoload has just activated a platform
-        return activate(name)
+    _activating = True
+    try:
+        import torch
+    finally:
+        _activating = False
     from torch_fl import runtime
     from torch_fl.routing.checks import check_routing
     from torch_fl.routing.runtime import install as install_routes
@@ -127,33 +124,34 @@ def _warn_broken_once(broken: dict[str, PlatformError], chosen: Optional[str]) -
             warnings.warn(f"torch_fl: platform {name} skipped: {error}", stacklevel=3)
 
 
-def activate_on_import() -> None:
-    """`import torch_fl` and PyTorch's autoload both land here; the containment rule applies."""
-    global _failure
-    if _active is not None or _failure is not None:
+def activate_only_when_asked() -> None:
+    """From now on PyTorch's autoload activates nothing in this process; only `activate()` does.
+
+    For the `torch-fl` command, which activates the platform a command names (a detected one
+    activated by its own `import torch` would be the wrong one) or none at all.
+    """
+    global _autoload_enabled
+    _autoload_enabled = False
+
+
+def autoload() -> None:
+    """PyTorch's device-backend autoload, called during `import torch`: activate, under the containment rule.
+
+    `import torch` must keep working when flagos cannot start, so a failure is a warning here, and
+    flagos is registered as inactive so that device="flagos" raises naming the cause (not on a CUDA
+    machine, where registering the name would break plain CUDA, see above).
+    """
+    if _activating or not _autoload_enabled:
         return
-    autoloading = _inside_torch_autoload()
     if not env.get("FLAGOS_PLATFORM") and _real_cuda_present():
-        if not autoloading:
-            warnings.warn(CONTAINMENT_NOTE, stacklevel=3)
+        warnings.warn(CONTAINMENT_NOTE, stacklevel=2)
         return
     try:
         activate()
     except Exception as exc:
-        if not autoloading:
-            raise
-        # `import torch` must keep working when flagos cannot start; say why once, and again, naming
-        # the cause, wherever the program then uses device="flagos" (not on a CUDA machine, where
-        # registering the name would break plain CUDA, see above).
-        _failure = str(exc)
-        warnings.warn(f"torch_fl: flagos was not activated during torch's backend autoload: {exc}", stacklevel=3)
+        warnings.warn(f"torch_fl: flagos was not activated during torch's backend autoload: {exc}", stacklevel=2)
         from torch_fl import runtime
         from torch_fl.runtime import inactive
 
         if not runtime.started() and not _real_cuda_present():
-            inactive.register(_failure)
-
-
-def autoload() -> None:
-    """PyTorch's device-backend autoload entry point (group `torch.backends`)."""
-    activate_on_import()
+            inactive.register(str(exc))

@@ -15,11 +15,11 @@ FIXTURES = HERE / "fixtures"
 
 
 def cli_command() -> list[str]:
-    """The installed `torch-fl` script (its name keeps `import torch_fl` from activating a platform)."""
+    """The installed `torch-fl` script, else its entry point run by this interpreter."""
     script = Path(sys.executable).with_name("torch-fl")
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; sys.argv[0] = 'torch-fl'; from torch_fl.cli import main; main()"]
+    return [sys.executable, "-c", "from torch_fl.cli import main; main()"]
 
 
 def run_env(**extra: str) -> dict[str, str]:

@@ -1,9 +1,11 @@
-"""The CUDA containment rule: on a machine with a real CUDA device, flagos is registered only when asked
-for (FLAGOS_PLATFORM or torch_fl.activate()), because a registered PrivateUse1 device becomes PyTorch's
-accelerator and breaks autograd over plain CUDA tensors in that process (pytorch/pytorch#161129).
+"""The CUDA containment rule: on a machine with a real CUDA device, PyTorch's autoload registers flagos only
+when FLAGOS_PLATFORM asks for it (torch_fl.activate() always asks), because a registered PrivateUse1 device
+becomes PyTorch's accelerator and breaks autograd over plain CUDA tensors in that process
+(pytorch/pytorch#161129).
 
-Plain-CUDA code must keep working after `import torch_fl`; the user is told why flagos is off. The
-policy itself is checked on any machine by making torch report a CUDA device before torch_fl loads."""
+Plain-CUDA code must keep working after `import torch` and `import torch_fl`; the user is told why flagos
+is off. The policy itself is checked on any machine by making torch report a CUDA device and then calling
+the autoload entry point as PyTorch's `import torch` does."""
 from __future__ import annotations
 
 import pytest
@@ -13,14 +15,15 @@ from torch_fl.activation import CONTAINMENT_NOTE
 
 real_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a real CUDA device (runs on the GPU board)")
 
-# Makes this interpreter's torch report one CUDA device, then imports torch_fl.
+# Makes this interpreter's torch report one CUDA device, then runs torch_fl's autoload entry point.
 PRETEND_CUDA = """
     import warnings, torch
     torch.cuda._is_compiled = lambda: True
     torch.cuda.device_count = lambda: 1
+    import torch_fl
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        import torch_fl
+        torch_fl._autoload()
     print("active", torch_fl.is_active(), hasattr(torch, "flagos"))
     for w in caught:
         print("warning:", w.message)
@@ -38,6 +41,16 @@ def test_policy_leaves_a_cuda_machine_alone(run_python):
 @pytest.mark.own_process
 def test_policy_activates_when_a_platform_is_asked_for(run_python):
     result = run_python(PRETEND_CUDA, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "FLAGOS_PLATFORM": "host_ref"})
+    assert "active True True" in result.stdout, result.stdout + result.stderr
+    assert "flagos was not registered" not in result.stdout
+
+
+@pytest.mark.own_process
+def test_activate_is_an_explicit_ask(run_python):
+    result = run_python(
+        PRETEND_CUDA.replace("torch_fl._autoload()", "torch_fl.activate()"),
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "FLAGOS_PLATFORM": None},
+    )
     assert "active True True" in result.stdout, result.stdout + result.stderr
     assert "flagos was not registered" not in result.stdout
 

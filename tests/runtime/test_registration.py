@@ -1,5 +1,5 @@
 """How flagos becomes a PyTorch device: torch.flagos, the device name, generated methods, and
-activation through PyTorch's backend autoload (checked in fresh interpreters)."""
+the activation rule (checked in fresh interpreters)."""
 from __future__ import annotations
 
 import pytest
@@ -60,6 +60,10 @@ def test_generated_methods_take_an_index():
     assert nn.Linear(1, 1).flagos(1).weight.device.index == 1
 
 
+# The activation rule (torch_fl.activation): PyTorch's autoload during `import torch`, or torch_fl.activate();
+# importing torch_fl or its modules activates nothing. One test per clause, each in a fresh interpreter.
+
+
 @pytest.mark.own_process
 def test_import_torch_alone_activates_flagos(run_python):
     result = run_python(
@@ -74,40 +78,57 @@ def test_import_torch_alone_activates_flagos(run_python):
 
 
 @pytest.mark.own_process
-def test_autoload_off_leaves_flagos_inactive_until_import(run_python):
+def test_autoload_off_leaves_flagos_inactive_until_activate(run_python):
     result = run_python(
         """
         import sys, torch
         print("torch_fl" in sys.modules, hasattr(torch, "flagos"))
+        import torch_fl
+        print(torch_fl.is_active())
         try:
             torch.device("flagos")
             print("parsed")
         except RuntimeError:
             print("unknown")
-        import torch_fl
+        torch_fl.activate()
         print(torch_fl.is_active(), torch.ones(1, device="flagos").device)
         """,
         env={**PLATFORM_ENV, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
     )
-    assert result.stdout.split() == ["False", "False", "unknown", "True", "flagos:0"]
+    assert result.stdout.split() == ["False", "False", "False", "unknown", "True", "flagos:0"]
 
 
 @pytest.mark.own_process
-def test_import_torch_fl_first(run_python, tmp_path):
-    """`import torch_fl` before torch: torch_fl imports torch, whose autoload imports torch_fl again.
-
-    The platform is activated once. A tuned table installs a Python route kernel at activation, and
-    PyTorch refuses a second Python kernel for the same op and key (seen on torch 2.11).
-    """
-    table = tmp_path / "routes.yaml"
-    table.write_text(
-        "format: 1\nops:\n  aten::_to_copy:\n    candidates: [native, emulated]\n"
-        "    buckets:\n      - {max_numel: 64, dtype: float32, choice: native}\n"
-    )
+def test_import_torch_fl_imports_no_torch_and_activates_nothing(run_python):
     result = run_python(
         """
+        import sys, torch_fl
+        print("torch" in sys.modules, torch_fl.is_active())
+        """,
+        env={**PLATFORM_ENV, "TORCH_DEVICE_BACKEND_AUTOLOAD": None},
+    )
+    assert result.stdout.split() == ["False", "False"]
+
+
+# A tuned table installs a Python route kernel at activation, and PyTorch refuses a second Python kernel
+# for the same op and key (seen on torch 2.11): one Router in the process shows one activation.
+ONE_ROUTER_TABLE = (
+    "format: 1\nops:\n  aten::_to_copy:\n    candidates: [native, emulated]\n"
+    "    buckets:\n      - {max_numel: 64, dtype: float32, choice: native}\n"
+)
+
+
+@pytest.mark.own_process
+@pytest.mark.parametrize("program", ["import torch_fl, torch", "import torch_fl; torch_fl.activate(); import torch"])
+def test_torch_fl_before_torch_activates_once(run_python, tmp_path, program):
+    """`import torch_fl` first, then torch: its autoload activates. `torch_fl.activate()` first: it imports
+    torch, whose autoload leaves the activation to it. Either way the platform is activated once."""
+    table = tmp_path / "routes.yaml"
+    table.write_text(ONE_ROUTER_TABLE)
+    result = run_python(
+        f"""
         import gc
-        import torch_fl, torch
+        {program}
         from torch_fl.routing.runtime import Router
         print(torch_fl.is_active(), torch.ones(1, device="flagos").device)
         print(sum(isinstance(o, Router) for o in gc.get_objects()), "router")
@@ -120,34 +141,37 @@ def test_import_torch_fl_first(run_python, tmp_path):
 
 
 @pytest.mark.own_process
-def test_cli_starts(run_python):
-    """The torch-fl command imports the torch_fl package (and with it torch and its autoload)."""
+def test_cli_activates_nothing(run_python):
+    """The torch-fl command imports its modules without torch, and its process stays inactive even when
+    a command imports torch: it activates only the platform a command names."""
     result = run_python(
         """
         import sys
-        from torch_fl.cli import main
+        from torch_fl.cli import commands, main
+        print("torch" in sys.modules)
         sys.argv = ["torch-fl", "--help"]
         try:
             main()
         except SystemExit as exit:
-            sys.exit(exit.code)
+            assert not exit.code, exit.code
+        import torch, torch_fl
+        print(torch_fl.is_active(), hasattr(torch, "flagos"))
         """,
-        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": None},
+        env={**PLATFORM_ENV, "TORCH_DEVICE_BACKEND_AUTOLOAD": None},
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Usage" in result.stdout
+    assert result.stdout.split()[0] == "False" and result.stdout.split()[-2:] == ["False", "False"], result.stdout
 
 
 @pytest.mark.own_process
 def test_failed_start_is_reported_again_on_retry(run_python):
-    """If a late step of the runtime's start fails, a second activation (e.g. `import torch_fl` after
+    """If a late step of the runtime's start fails, a second activation (e.g. `torch_fl.activate()` after
     a failed autoload) must fail with that same cause, or succeed; not with a follow-on error from
     the half-started core."""
     result = run_python(
         """
-        import sys
-        sys.argv[0] = "torch-fl"  # import the package without activating it, as the CLI does
         import torch, torch_fl
         from torch_fl.runtime import inductor
 

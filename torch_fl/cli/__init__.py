@@ -18,5 +18,9 @@ def _register() -> None:
 
 
 def main() -> None:
+    from torch_fl.activation import activate_only_when_asked
+
+    # A command activates the platform it names, or none: never the one torch's autoload would pick.
+    activate_only_when_asked()
     _register()
     app()

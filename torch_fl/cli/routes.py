@@ -27,10 +27,6 @@ def _descriptor(name: str, as_json: bool) -> Any:
 
 
 def _activate(name: str, as_json: bool) -> Any:
-    import os
-
-    # Named before torch is imported, so PyTorch's autoload activates this platform, not a detected one.
-    os.environ["FLAGOS_PLATFORM"] = name
     import torch_fl
 
     try:

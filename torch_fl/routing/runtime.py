@@ -269,7 +269,7 @@ _router: Optional[Router] = None
 
 def router() -> Router:
     if _router is None:
-        raise RuntimeError("no platform is active in this process; import torch_fl or call torch_fl.activate()")
+        raise RuntimeError("no platform is active in this process; import torch (autoload) or call torch_fl.activate()")
     return _router
 
 
