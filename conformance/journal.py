@@ -17,6 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from torch_fl import jsonl
+from torch_fl.jsonl import Reader
+
 MAX_LINE = 64 * 1024
 
 
@@ -37,16 +40,10 @@ def interim_record(record: Path) -> Path:
 
 
 def append(path: Path, entry: dict[str, Any]) -> None:
-    """Append one entry atomically (a single write on an O_APPEND descriptor)."""
-    line = json.dumps(entry, separators=(",", ":"), default=str)
-    if len(line) > MAX_LINE:
+    """Append one entry atomically; an oversized message is cut so the entry stays one write."""
+    if len(json.dumps(entry, separators=(",", ":"), default=str)) > MAX_LINE:
         entry = {**entry, "message": str(entry.get("message", ""))[: MAX_LINE // 2] + " [truncated]"}
-        line = json.dumps(entry, separators=(",", ":"), default=str)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    jsonl.append(path, entry)
 
 
 def start(path: Path, header: dict[str, Any]) -> None:
@@ -55,35 +52,6 @@ def start(path: Path, header: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({"kind": "run", **header}, separators=(",", ":"), default=str) + "\n")
     os.replace(tmp, path)
-
-
-class Reader:
-    """Reads a journal incrementally: each `new()` returns the complete lines added since the last."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-
-    def new(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offset += end + 1
-        entries = []
-        for line in data[: end + 1].splitlines():
-            if not line.strip():
-                continue
-            try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line torn by a crash mid-write: its case is reported by the crash path
-        return entries
 
 
 def read_all(path: Path) -> Iterator[dict[str, Any]]:

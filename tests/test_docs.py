@@ -302,7 +302,6 @@ def test_layer_diagram_names_modules_that_exist():
     assert not unknown, f"the README's layer diagram names modules that do not exist: {unknown}"
 
 
-@pytest.mark.xfail(strict=True, reason="torch_fl/routing/tuner_worker.py still imports the conformance journal")
 def test_imports_point_down_the_readme_layers():
     layers = diagram_layers()
     upward = [f"{where}: {module} imports {target}" for module, target, where in module_imports()

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from torch_fl.conformance import journal
+from torch_fl import jsonl
 from torch_fl.routing.tuner import Measurement, Sample, measure
 
 # The worker exits with this status when its device stopped answering after a failed candidate.
@@ -71,11 +71,11 @@ def work(samples_file: Path, journal_file: Path, start: int) -> int:
     payload = torch.load(samples_file, weights_only=False)
     for i in range(start, len(payload)):
         item = payload[i]
-        journal.append(journal_file, {"index": i, "started": True})
+        jsonl.append(journal_file, {"index": i, "started": True})
         args, kwargs = _restored((item["args"], item["kwargs"]))
         sample = Sample(item["op"], _resolve(item["op"]), item["bound"], item["dtype"], item["key"], args, kwargs, item["calls"])
         m = measure(sample, item["paths"])
-        journal.append(journal_file, {"index": i, "measurement": asdict(m)})
+        jsonl.append(journal_file, {"index": i, "measurement": asdict(m)})
         if m.errors and not device_answers():
             return POISONED
     return 0
@@ -95,7 +95,7 @@ def measure_isolated(
         samples_file, journal_file = Path(scratch) / "samples.pt", Path(scratch) / "journal.jsonl"
         torch.save(payload, samples_file)
         env = {**os.environ, "FLAGOS_PLATFORM": platform}
-        reader = journal.Reader(journal_file)
+        reader = jsonl.Reader(journal_file)
         start = 0
         while start < len(payload):
             command = [sys.executable, "-m", "torch_fl.routing.tuner_worker", str(samples_file), str(journal_file), str(start)]
