@@ -39,10 +39,11 @@ def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | N
     if backing not in SUPPORTED_BACKINGS:
         raise RuntimeError(f"this runtime supports the backings {SUPPORTED_BACKINGS}; the platform asks for '{backing}'")
     loaded = _register_device(backing, host_devices, amp_dtypes)
-    from torch_fl.runtime import cuda_alias, distributed, inductor
+    from torch_fl.runtime import cuda_alias, distributed, flex_attention, inductor
 
     distributed.register(backing)
     inductor.register(backing)
+    flex_attention.register(backing)
     _core = loaded
     cuda_alias.enable_from_env()
     return loaded
