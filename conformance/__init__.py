@@ -19,5 +19,5 @@ pytest-xdist workers and `plugin`:
 - watch.py       the dispatch mode that finds reached overloads and checks their schema contract
 - opdb.py        PyTorch's OpInfo database (with a stand-in for its test-only import)
 - launch.py, dist_worker.py: extra processes (distributed ranks, the reference model run)
-- suites/        ops, amp, rng, ddp, fsdp2, compile, profiler, model
+- suites/        ops, amp, rng, ddp, fsdp2, compile, profiler, sparse, model
 """

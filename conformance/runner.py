@@ -20,9 +20,13 @@ from typing import Any
 from torch_fl.conformance import journal
 from torch_fl.conformance.summary import summary_path
 
-SUITES: tuple[str, ...] = ("ops", "amp", "rng", "ddp", "fsdp2", "compile", "profiler", "model", "workload")
+SUITES: tuple[str, ...] = (
+    "ops", "amp", "rng", "ddp", "fsdp2", "compile", "profiler", "sparse", "model", "workload",
+)
 """Every suite, in the order they run (the short ones first, so their results show early)."""
-RUN_ORDER: tuple[str, ...] = ("rng", "amp", "profiler", "ddp", "fsdp2", "compile", "model", "workload", "ops")
+RUN_ORDER: tuple[str, ...] = (
+    "rng", "amp", "profiler", "sparse", "ddp", "fsdp2", "compile", "model", "workload", "ops",
+)
 PATHS: tuple[str, ...] = ("native", "flaggems", "vendor", "emulated", "cpu")
 _SCRUBBED_PREFIXES = ("FLAGOS_ROUTE_",)
 _SCRUBBED = ("FLAGOS_ROUTES", "FLAGOS_STRICT", "FLAGOS_ALLOW_UNVALIDATED")
