@@ -100,6 +100,7 @@ def test_output_layout_matches_the_meta_kernel():
     assert out.stride() == meta.stride()
 
 
+@pytest.mark.cuda
 @pytest.mark.backing_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_backing_attention_stays_on_the_device(dtype):
