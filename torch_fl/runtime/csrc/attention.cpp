@@ -50,6 +50,7 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
 
 // The output in the layout PyTorch's meta kernel promises for this op (the query's dimension
 // order), so eager and compiled code see the same strides; the CPU kernel writes (B, S, H, D).
+// Its logsumexp, (B, S, H) transposed, is made contiguous (B, H, S) for the same reason.
 at::Tensor in_query_layout(const at::Tensor& query, at::Tensor out) {
   at::Tensor target;
   if (query.sizes() == out.sizes()) {
@@ -83,7 +84,7 @@ Forward fused_attention_host(const at::Tensor& query, const at::Tensor& key, con
   // No random state (the CPU kernels take no dropout) and no sequence offsets (not varlen).
   const auto seed_options = query.options().dtype(at::kLong);
   return {in_query_layout(query, adopt_as_flagos(std::move(out), index)),
-          adopt_as_flagos(std::move(logsumexp), index),
+          adopt_as_flagos(logsumexp.contiguous(), index),
           at::Tensor(),
           at::Tensor(),
           query.sym_size(-2),
