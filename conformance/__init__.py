@@ -22,5 +22,5 @@ pytest-xdist workers and `plugin`:
 - sweepgen.py    an aten overload's sweep category and its generated arguments (by schema)
 - sweepcall.py   one generated call placed on flagos, run, and judged against the native run
 - launch.py, dist_worker.py: extra processes (distributed ranks, the reference model run)
-- suites/        ops, sweep, amp, rng, ddp, fsdp2, compile, profiler, sharing, model, workload
+- suites/        ops, sweep, amp, rng, ddp, fsdp2, compile, profiler, sharing, sparse, model, workload
 """

@@ -24,12 +24,17 @@ def _describe_mismatch(actual: torch.Tensor, expected: torch.Tensor, bad: torch.
 def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, reduce: int = 1) -> str | None:
     """Values of `actual` against `expected` (a reference, cast here to `dtype`); None when close.
 
-    Both are moved to the CPU. Floating results: |a - e| <= atol + rtol * |e| with the reference
+    Both are moved to the CPU (sparse ones of the same layout compared as dense). Floating results: |a - e| <= atol + rtol * |e| with the reference
     rounded to `dtype` first (as FlagGems does), NaN where and only where the reference has NaN,
     infinities equal. Integers and bool: exact.
     """
+    if actual.layout != expected.layout:
+        return f"layout {actual.layout}, expected {expected.layout}"
     a = actual.detach().cpu().resolve_conj().resolve_neg()
     e = expected.detach().cpu().resolve_conj().resolve_neg()
+    if a.layout != torch.strided:
+        # sparse results: the values they stand for (indices may legitimately differ in order)
+        a, e = a.to_dense(), e.to_dense()
     if a.shape != e.shape:
         return f"shape {list(a.shape)}, expected {list(e.shape)}"
     if a.numel() == 0:

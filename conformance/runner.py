@@ -30,11 +30,11 @@ from torch_fl.conformance.summary import summary_path
 from torch_fl.filelock import hold
 
 SUITES: tuple[str, ...] = (
-    "ops", "sweep", "amp", "rng", "ddp", "fsdp2", "compile", "profiler", "sharing", "model", "workload",
+    "ops", "sweep", "amp", "rng", "ddp", "fsdp2", "compile", "profiler", "sharing", "sparse", "model", "workload",
 )
 """Every suite, in the order they run (the short ones first, so their results show early)."""
 RUN_ORDER: tuple[str, ...] = (
-    "rng", "amp", "profiler", "sharing", "ddp", "fsdp2", "compile", "model", "workload", "sweep", "ops",
+    "rng", "amp", "profiler", "sharing", "sparse", "ddp", "fsdp2", "compile", "model", "workload", "sweep", "ops",
 )
 PATHS: tuple[str, ...] = ("native", "flaggems", "vendor", "emulated", "cpu")
 _SCRUBBED_PREFIXES = ("FLAGOS_ROUTE_",)

@@ -51,9 +51,6 @@ SUITE = "ops"
 
 # OpInfos not run, and why. Everything else in op_db runs.
 EXCLUDED: dict[str, str] = {
-    "to_sparse": "sparse layouts: flagos has no sparse tensors",
-    "sparse.sampled_addmm": "sparse layouts: flagos has no sparse tensors",
-    "sparse.mm.reduce": "sparse layouts: flagos has no sparse tensors",
     "jiterator_unary": "CUDA jiterator test op (no CPU kernel)",
     "jiterator_binary": "CUDA jiterator test op (no CPU kernel)",
     "jiterator_4inputs_with_extra_args": "CUDA jiterator test op (no CPU kernel)",

@@ -34,6 +34,16 @@ def test_compare_tensor_values_nan_and_integers() -> None:
     assert compare.compare_tensor(torch.tensor([1, 2]), torch.tensor([1, 3]), torch.int64).startswith("1/2")
 
 
+def test_compare_tensor_sparse_results_by_value_and_layout() -> None:
+    ref = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
+    assert compare.compare_tensor(ref.to_sparse_csr(), ref.double().to_sparse_csr(), torch.float32) is None
+    assert compare.compare_tensor(ref.to_sparse(), ref.to_sparse(), torch.float32) is None
+    assert compare.compare_tensor((ref * 2).to_sparse(), ref.to_sparse(), torch.float32).startswith("2/4 elements differ")
+    assert compare.compare_tensor(ref.to_sparse(), ref.to_sparse_csr(), torch.float32) == (
+        "layout torch.sparse_coo, expected torch.sparse_csr"
+    )
+
+
 def test_metadata_checks_strides_of_dense_results_only() -> None:
     row = torch.zeros(3, 4)
     col = torch.zeros(4, 3).t()

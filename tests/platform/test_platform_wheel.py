@@ -3,44 +3,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from wheel_helpers import build_wheel, run
 
 from torch_fl.platform.discovery import discover, shipped_root
 
-REPO = Path(__file__).resolve().parents[2]
 CLI_DEPS = ["pydantic", "pyyaml", "ruamel.yaml", "typer", "rich"]
-
-
-def run(*cmd: str, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLAGOS_", "PYTHON", "VIRTUAL_ENV"))}
-    out = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout}\n{out.stderr}"
-    return out
-
-
-def source_tree(dest: Path) -> Path:
-    """A copy of the files git would ship (tracked and not ignored), so the build leaves the checkout alone."""
-    listed = run("git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", cwd=REPO).stdout
-    for rel in filter(None, listed.split("\0")):
-        src = REPO / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
 
 
 @pytest.mark.slow
 def test_wheel_lists_shipped_platforms_without_torch(tmp_path):
-    if shutil.which("git") is None or not (REPO / ".git").exists():
-        pytest.skip("needs a git checkout to list the files to build")
-    tree = source_tree(tmp_path / "src")
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(tree), cwd=tmp_path)
-    wheel = next((tmp_path / "dist").glob("torch_fl-*.whl"))
+    wheel = build_wheel(tmp_path)
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", str(venv), cwd=tmp_path)

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from torch_fl.cli import app
 from torch_fl.cli.output import JsonOption, console, emit, err_console, fail
+from torch_fl.conformance.runner import SUITES
 from torch_fl.platform.record import FAILING
 
 conformance_app = typer.Typer(help="Run the conformance suite that gates a platform's routes.", no_args_is_help=True)
@@ -39,7 +40,9 @@ def run_cmd(
     name: str = typer.Argument(..., help="Platform to check (a folder under platforms/ or FLAGOS_PLATFORM_PATH)."),
     k: str | None = typer.Option(None, "-k", help="pytest -k expression selecting items, e.g. 'add and float32'."),
     workers: str = typer.Option("auto", "-n", help="Worker processes: 'auto' or a number (at least 1)."),
-    suite: str | None = typer.Option(None, "--suite", help="Comma-separated suites: ops,sweep,amp,rng,ddp,fsdp2,compile,profiler,model,workload."),
+    suite: str | None = typer.Option(
+        None, "--suite", help="Comma-separated suites: " + ",".join(SUITES) + "."
+    ),
     paths: str | None = typer.Option(None, "--paths", help="Comma-separated route paths to exercise: native,flaggems,vendor,emulated,cpu."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its journal (skips recorded cases)."),
     add: bool = typer.Option(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -14,6 +15,7 @@ from rich.table import Table
 
 from torch_fl.cli import app
 from torch_fl.cli.output import JsonOption, console, emit, err_console, fail
+from torch_fl.platform.compatibility import Inspection, inspect
 from torch_fl.platform.descriptor import RUNTIME_BACKINGS, PlatformDescriptor
 from torch_fl.platform.detection import Detection, detect
 from torch_fl.platform.discovery import PlatformSource, discover, load_all, load_platform
@@ -194,13 +196,59 @@ def _print_report(report: PreflightReport, selection: Selection | None) -> None:
     console.print("[green]ready[/]" if report.ok else "[red]not ready[/]")
 
 
+def _print_inspection(result: Inspection) -> None:
+    console.print(f"package: [bold]{result.source}[/]")
+    if result.error is not None:
+        err_console.print(f"[bold red]error:[/] {result.error}")
+        return
+    assert result.manifest is not None
+    built = result.manifest["built_with"]
+    console.print(f"built with torch {built['torch']} (C++11 ABI: {built['cxx11_abi']}), Python {built['python']}; "
+                  f"requires torch {result.manifest['torch_requirement']}")
+    table = Table(title="release table")
+    for column in ("platform", "backing", "kernel sets", "pinned", "SDK", "provenance"):
+        table.add_column(column)
+    for name, row in result.manifest["platforms"].items():
+        sdk = row["sdk"] or {}
+        missing = result.provenance.get(name)
+        table.add_row(name, row["backing"], ", ".join(row["kernel_sets"]),
+                      ", ".join(f"{p}=={v}" for p, v in row["kernel_pins"].items()) or "-",
+                      " ".join(filter(None, (sdk.get("name"), sdk.get("version")))) or "-",
+                      "[red]missing " + ", ".join(missing) + "[/]" if missing else "[green]ok[/]")
+    console.print(table)
+    for drift in result.drift:
+        console.print(f"[yellow]warning:[/] {drift.what}: built with {drift.built}, here {drift.here}")
+    console.print("[green]release table complete[/]" if result.ok else "[red]release table lacks provenance[/]")
+
+
+def _inspect_package(wheel: Path | None, name: str | None, as_json: bool) -> None:
+    platform = name
+    if platform is None:
+        try:
+            platform = select_platform().name
+        except PlatformError:
+            platform = None
+    result = inspect(wheel, platform)
+    emit(result.to_dict(), as_json, lambda: _print_inspection(result))
+    if not result.ok:
+        raise typer.Exit(1)
+
+
 @app.command("preflight")
 def preflight_cmd(
     name: str | None = typer.Argument(None, help="Platform name (default: the platform selected here)."),
     matrix: bool = typer.Option(False, "--matrix", help="Print the Markdown compatibility matrix of all platforms."),
+    wheel: Path | None = typer.Option(
+        None, "--wheel", help="Inspect this wheel's torch_fl/compatibility.json: drift from here, release provenance."
+    ),
+    installed: bool = typer.Option(False, "--installed", help="Inspect the installed package's compatibility.json."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Check this environment against a platform's requirements, without importing torch; or print the matrix."""
+    """Check this environment against a platform's requirements, without importing torch; or print the matrix;
+    or inspect a built package (warnings for drift from this environment, failure for missing provenance)."""
+    if wheel is not None or installed:
+        _inspect_package(wheel, name, as_json)
+        return
     if matrix:
         loaded, broken = load_all()
         markdown = matrix_markdown(loaded)

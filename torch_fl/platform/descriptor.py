@@ -52,6 +52,7 @@ AmpDType = Literal["float16", "bfloat16"]
 DistributedBackend = Literal["gloo", "nccl", "hccl", "rccl", "mccl", "flagcx", "bkcl", "none"]
 DistributedFeature = Literal["basic", "ddp", "fsdp2", "data_parallel"]
 CompilePath = Literal["inductor-cpp", "inductor-triton", "flagtree", "vendor-triton", "fx-bpu", "none"]
+DeviceFeature = Literal["fused_attention", "flex_attention", "flex_attention_compiled", "sparse"]
 ProfilerTracer = Literal["none", "kineto-cpu", "cupti", "roctracer", "mupti", "mspti", "topspti", "mcpti"]
 SharingMechanism = Literal["shared_memory", "cuda_ipc", "none"]
 
@@ -275,6 +276,12 @@ class Capabilities(_Model):
     compile: Compile = Field(default_factory=Compile)
     profiler: Profiler = Field(default_factory=Profiler)
     sharing: Sharing = Field(default_factory=Sharing)
+    features: list[DeviceFeature] = Field(
+        default_factory=list,
+        description="PyTorch features served on the device: fused_attention (SDPA through the backing's fused "
+        "kernels), flex_attention (eager), flex_attention_compiled (under torch.compile), sparse (COO and "
+        "compressed layouts on the backing's sparse kernels).",
+    )
 
     @model_validator(mode="after")
     def _amp_in_dtypes(self) -> Capabilities:

@@ -186,9 +186,18 @@ def inconsistencies(record: Record, raw: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+# Fields added to the model after records were written: left out of the hash while unset, so a
+# descriptor that does not use them keeps the hash (and the records) it had.
+_HASHED_WHEN_SET = (("capabilities", "features"),)
+
+
 def descriptor_hash(descriptor: PlatformDescriptor) -> str:
     """`sha256:<hex>` of the canonical JSON of the validated model."""
-    canonical = json.dumps(descriptor.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    data = descriptor.model_dump(mode="json")
+    for section, name in _HASHED_WHEN_SET:
+        if not data[section][name]:
+            del data[section][name]
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

@@ -44,10 +44,11 @@ def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | N
     loaded = _register_device(backing, host_devices, amp_dtypes)
     if dtypes:
         loaded.set_supported_dtypes(dtypes)
-    from torch_fl.runtime import cuda_alias, data_parallel, distributed, inductor, sharing
+    from torch_fl.runtime import cuda_alias, data_parallel, distributed, flex_attention, inductor, sharing
 
     distributed.register(backing)
     inductor.register(backing)
+    flex_attention.register(backing)
     sharing.install()
     data_parallel.install(backing)
     _core = loaded

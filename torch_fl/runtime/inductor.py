@@ -50,8 +50,8 @@ def register(backing: str) -> None:
     if backing not in ("cpu", "cuda"):
         raise RuntimeError(f"inductor has no code generation known for the backing device '{backing}'")
     _requested = backing
-    _after_import("torch._dynamo.device_interface", lambda: _install("interface", backing))
-    _after_import("torch._inductor.compile_fx", lambda: _install("codegen", backing))
+    after_import("torch._dynamo.device_interface", lambda: _install("interface", backing))
+    after_import("torch._inductor.compile_fx", lambda: _install("codegen", backing))
 
 
 def registered() -> str | None:
@@ -100,7 +100,7 @@ class _PostImportHook(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _after_import(name: str, callback: Callable[[], None]) -> None:
+def after_import(name: str, callback: Callable[[], None]) -> None:
     if name in sys.modules:
         _run_hook(name, callback)
     else:

@@ -81,6 +81,11 @@ at::Tensor borrow_as_backing(const at::Tensor& t) {
               c10::GetAllocator(backing().type), true);
 }
 
+std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Tensor>& t) {
+  if (!t.has_value() || !t->defined()) return std::nullopt;
+  return borrow_as_backing(*t);
+}
+
 at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
   if (!t.defined() || t.device().type() != backing().type) return std::move(t);
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();

@@ -46,6 +46,7 @@ at::Tensor as_backing(const at::Tensor& t);
 at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index = -1);
 // Borrowing alias: no keep-alive, only valid while `t` lives (used inside one kernel call).
 at::Tensor borrow_as_backing(const at::Tensor& t);
+std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Tensor>& t);
 // A backing tensor built by a backing kernel becomes a flagos tensor; its buffer is taken over
 // without a copy when nothing else holds it, otherwise it is aliased.
 at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index);
@@ -94,6 +95,7 @@ void register_guard();
 void register_hooks();
 void register_profiler_stubs();
 void register_backing_kernels();
+void register_attention_kernels();
 void enable_native_route();
 
 // ---- per-op statistics of the C++ routes (fallback.cpp)

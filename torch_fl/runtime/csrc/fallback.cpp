@@ -4,12 +4,14 @@
 //   cpu:    the explicit CPU fallback for ops the backing lacks (or forced per op): copy to the
 //           host, run PyTorch's CPU kernel, copy back; counted and optionally logged.
 #include "backing.h"
+#include "sparse.h"
 
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <iostream>
 #include <memory>
@@ -122,6 +124,13 @@ void note_device(c10::DeviceIndex& seen, const at::Tensor& t) {
   }
 }
 
+// One flagos sparse argument replaced by a backing sparse tensor over aliases of its members.
+struct SparseSwap {
+  at::Tensor original;
+  at::Tensor alias;
+  bool written;
+};
+
 // After the call: a write argument whose alias was resized, restrided or relabelled hands that
 // back. Invariant: the flagos argument ends up as the backing kernel left its alias, storage,
 // geometry and the lazy conjugate/negative bits alike (linalg_lu_solve with left=False marks its
@@ -151,8 +160,21 @@ void write_back(Swap& s) {
   if (alias->is_neg() != orig->is_neg()) orig->_set_neg(alias->is_neg());
 }
 
+at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index);
+
+// A backing sparse tensor as flagos: its members mapped like any result (an argument's own member
+// comes back as that member).
+std::vector<at::Tensor> flagos_members(const at::Tensor& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index) {
+  std::vector<at::Tensor> members;
+  for (at::Tensor m : sparse_members(t)) members.push_back(to_flagos_result(std::move(m), swaps, index));
+  return members;
+}
+
 at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index) {
   if (!t.defined() || t.device().type() != backing().type) return std::move(t);
+  if (is_sparse_layout(t)) {
+    return with_sparse_members(t, flagos_members(t, swaps, index), c10::Device(kFlagos, index));
+  }
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   // Each swap holds its alias and so the alias's storage: a result nothing else holds is new.
   if (t.use_count() == 1 && impl->storage().use_count() == 1) return adopt_as_flagos(std::move(t), index);
@@ -167,13 +189,17 @@ at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c
 }
 
 void map_results(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::SmallVectorImpl<Swap>& swaps,
-                 c10::DeviceIndex index) {
+                 const std::vector<SparseSwap>& sparse_swaps, c10::DeviceIndex index) {
   const size_t n = op.schema().returns().size();
   const size_t base = stack->size() - n;
   for (size_t i = 0; i < n; ++i) {
     c10::IValue& iv = (*stack)[base + i];
     if (iv.isTensor()) {
-      iv = to_flagos_result(std::move(iv).toTensor(), swaps, index);
+      const c10::TensorImpl* impl = iv.toTensor().unsafeGetTensorImpl();
+      // in-place and out= ops on sparse tensors return their (already written back) argument
+      auto same = std::find_if(sparse_swaps.begin(), sparse_swaps.end(),
+                               [&](const SparseSwap& s) { return s.alias.unsafeGetTensorImpl() == impl; });
+      iv = same != sparse_swaps.end() ? same->original : to_flagos_result(std::move(iv).toTensor(), swaps, index);
     } else if (iv.isTensorList()) {
       auto list = std::move(iv).toTensorList();
       for (size_t j = 0; j < list.size(); ++j) list.set(j, to_flagos_result(list.extract(j), swaps, index));
@@ -249,10 +275,18 @@ void rewrite_arguments(torch::jit::Stack* stack, size_t base, const OpInfo& info
 // The native route's view of the arguments: zero-copy backing aliases, remembered for the results.
 struct NativeArguments {
   c10::SmallVector<Swap, 6> swaps;
+  std::vector<SparseSwap> sparse_swaps;
   c10::DeviceIndex index = -1;
   std::optional<c10::Device> host_operand;
 
   at::Tensor tensor(const at::Tensor& t, bool written) {
+    if (is_sparse_layout(t)) {
+      std::vector<at::Tensor> members;
+      for (const at::Tensor& m : sparse_members(t)) members.push_back(tensor(m, written));
+      at::Tensor alias = with_sparse_members(t, members, to_backing(t.device()));
+      sparse_swaps.push_back({t, alias, written});
+      return alias;
+    }
     note_device(index, t);
     at::Tensor alias = borrow_as_backing(t);
     c10::StorageImpl* si = alias.storage().unsafeGetStorageImpl();
@@ -273,7 +307,8 @@ struct HostArguments {
 
   at::Tensor tensor(const at::Tensor& t, bool is_written) {
     note_device(index, t);
-    at::Tensor host = borrow_as_backing(t).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+    at::Tensor alias = is_sparse_layout(t) ? backing_sparse_alias(t) : borrow_as_backing(t);
+    at::Tensor host = alias.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
     if (is_written) written.emplace_back(host, t);
     return host;
   }
@@ -285,11 +320,7 @@ struct HostArguments {
   c10::IValue device(c10::Device) { return c10::Device(at::kCPU); }
 };
 
-}  // namespace
-
-void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  OpInfo& info = info_for(op);
-  if (!info.backing_has_kernel || info.force_cpu.load(std::memory_order_relaxed)) return cpu_route(op, stack, info);
+void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& info) {
   info.native_calls.fetch_add(1, std::memory_order_relaxed);
 
   const size_t base = stack->size() - info.args.size();
@@ -321,10 +352,30 @@ void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (auto& s : args.swaps) {
     if (s.written) write_back(s);
   }
-  map_results(op, stack, args.swaps, args.index >= 0 ? args.index : current_index());
+  const c10::DeviceIndex index = args.index >= 0 ? args.index : current_index();
+  // A sparse argument the kernel changed takes the alias's structure and (mapped) members.
+  for (auto& s : args.sparse_swaps) {
+    if (s.written) set_sparse_structure(s.original, s.alias, flagos_members(s.alias, args.swaps, index));
+  }
+  map_results(op, stack, args.swaps, args.sparse_swaps, index);
+}
+
+}  // namespace
+
+void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpInfo& info = info_for(op);
+  if (!info.backing_has_kernel || info.force_cpu.load(std::memory_order_relaxed)) return cpu_route(op, stack, info);
+  run_native(op, stack, info);
 }
 
 namespace {
+
+// Ops on flagos sparse tensors: the backing's sparse kernels (its dispatcher says when it has none).
+void sparse_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpInfo& info = info_for(op);
+  if (info.force_cpu.load(std::memory_order_relaxed)) return cpu_route(op, stack, info);
+  run_native(op, stack, info);
+}
 
 void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& info) {
   info.cpu_calls.fetch_add(1, std::memory_order_relaxed);
@@ -346,8 +397,9 @@ void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& 
   }
   for (auto& [host, original] : args.written) {
     // An out= the kernel resized takes the kernel's geometry, as it would on the backing; an
-    // argument written in place keeps its own (the host copy of a strided view is dense).
-    if (host.sizes() != original.sizes()) {
+    // argument written in place keeps its own (the host copy of a strided view is dense). A
+    // sparse copy takes the source's structure by itself.
+    if (!is_sparse_layout(original) && host.sizes() != original.sizes()) {
       original.resize_(host.sizes());
       if (host.strides() != original.strides()) original.as_strided_(host.sizes(), host.strides());
     }
@@ -360,6 +412,7 @@ void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& 
     for (auto& [host, original] : args.written) {
       if (host.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return original;
     }
+    if (is_sparse_layout(t)) return t.to(c10::Device(kFlagos, index));
     at::Tensor out = at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::Device(kFlagos, index)));
     return out.copy_(t);
   };
@@ -383,23 +436,42 @@ const std::unordered_set<std::string> kDeviceCheckedComposites = {"aten::mode.va
 // tensor at a time, mish_backward as its formula) where the backing has a fused kernel. Every aten
 // op the backing implements itself is claimed for the native route, which is also what the
 // backing's own dispatch does (a backend kernel wins over CompositeImplicitAutograd there too).
+// The same holds for sparse tensors, where a composite can even be wrong for the layout (mm's
+// builds a sparse output for a dense product): each flagos key is claimed against the backing's
+// key of the same kind.
+struct ClaimedKey {
+  c10::DispatchKey flagos;
+  c10::DispatchKey backing;
+  c10::KernelFunction route;
+};
+
 std::vector<c10::RegistrationHandleRAII> claim_backing_kernels() {
+  const bool host = host_backed();
+  const ClaimedKey claims[] = {
+      {c10::DispatchKey::PrivateUse1, backing().key, c10::KernelFunction::makeFromBoxedFunction<&native_route>()},
+      {c10::DispatchKey::SparsePrivateUse1, host ? c10::DispatchKey::SparseCPU : c10::DispatchKey::SparseCUDA,
+       c10::KernelFunction::makeFromBoxedFunction<&sparse_route>()},
+      {c10::DispatchKey::SparseCsrPrivateUse1, host ? c10::DispatchKey::SparseCsrCPU : c10::DispatchKey::SparseCsrCUDA,
+       c10::KernelFunction::makeFromBoxedFunction<&sparse_route>()},
+  };
   auto& dispatcher = c10::Dispatcher::singleton();
-  std::unordered_set<std::string> seen;
   std::vector<c10::RegistrationHandleRAII> handles;
-  for (auto key : {c10::DispatchKey::CompositeExplicitAutograd, c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
-                   c10::DispatchKey::CompositeImplicitAutograd}) {
-    for (const auto& name : dispatcher.getAllOpNamesForDispatchKey(key)) {
-      if (name.name.rfind("aten::", 0) != 0 || !seen.insert(name.name + "." + name.overload_name).second) continue;
-      auto op = dispatcher.findOp(name);
-      const bool device_checked = kDeviceCheckedComposites.count(name.name + "." + name.overload_name) != 0;
-      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
-          !(op->hasKernelForDispatchKey(backing().key) || device_checked)) {
-        continue;
+  for (const auto& claim : claims) {
+    std::unordered_set<std::string> seen;
+    for (auto key : {c10::DispatchKey::CompositeExplicitAutograd, c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
+                     c10::DispatchKey::CompositeImplicitAutograd}) {
+      for (const auto& name : dispatcher.getAllOpNamesForDispatchKey(key)) {
+        if (name.name.rfind("aten::", 0) != 0 || !seen.insert(name.name + "." + name.overload_name).second) continue;
+        auto op = dispatcher.findOp(name);
+        const bool device_checked = claim.flagos == c10::DispatchKey::PrivateUse1 &&
+                                    kDeviceCheckedComposites.count(name.name + "." + name.overload_name) != 0;
+        if (!op || op->hasKernelForDispatchKey(claim.flagos) ||
+            !(op->hasKernelForDispatchKey(claim.backing) || device_checked)) {
+          continue;
+        }
+        handles.push_back(
+            dispatcher.registerImpl(name, claim.flagos, claim.route, std::nullopt, nullptr, "torch_fl native route"));
       }
-      handles.push_back(dispatcher.registerImpl(name, c10::DispatchKey::PrivateUse1,
-                                                c10::KernelFunction::makeFromBoxedFunction<&native_route>(),
-                                                std::nullopt, nullptr, "torch_fl native route"));
     }
   }
   return handles;
@@ -412,6 +484,11 @@ void enable_native_route() {
   static bool done = false;
   if (done) return;
   lib.fallback(torch::CppFunction::makeFromBoxedFunction<&native_route>());
+  static torch::Library coo(torch::Library::IMPL, "_", c10::DispatchKey::SparsePrivateUse1, __FILE__, __LINE__);
+  coo.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_route>());
+  static torch::Library compressed(torch::Library::IMPL, "_", c10::DispatchKey::SparseCsrPrivateUse1, __FILE__,
+                                   __LINE__);
+  compressed.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_route>());
   static std::vector<c10::RegistrationHandleRAII> claimed = claim_backing_kernels();
   done = true;
 }

@@ -1,5 +1,6 @@
 // Python bindings of the flagos core (torch_fl.runtime._C).
 #include "backing.h"
+#include "sparse.h"
 
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Generator.h>
@@ -17,6 +18,8 @@ void init(const std::string& device, int host_devices) {
   register_hooks();
   register_profiler_stubs();
   register_backing_kernels();
+  register_attention_kernels();
+  register_sparse_kernels();
   enable_native_route();
   // PyTorch answers is_pinned() for an accelerator only once that accelerator is marked initialised
   // (Context::isPinnedPtr); on a CUDA backing, where pinned buffers come from CUDA's allocator,

@@ -6,8 +6,6 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/Resize.h>
-#include <ATen/native/transformers/attention.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/is_set_to_native.h>
 #include <ATen/ops/set_native.h>
@@ -138,17 +136,12 @@ std::tuple<at::Tensor, at::Tensor> native_dropout_host(const at::Tensor& input, 
   return {input * keep * (1.0 / (1 - p)), keep};
 }
 
-std::optional<at::Tensor> borrow_optional(const std::optional<at::Tensor>& t) {
-  if (!t.has_value() || !t->defined()) return std::nullopt;
-  return borrow_as_backing(*t);
-}
-
 // Convolution picks its implementation by device type and sends PrivateUse1 to these two hooks;
 // they hand the call back to the backing's own convolution (cuDNN, oneDNN, ...).
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
                        at::IntArrayRef output_padding, int64_t groups) {
-  return adopt_as_flagos(at::convolution(borrow_as_backing(input), borrow_as_backing(weight), borrow_optional(bias),
+  return adopt_as_flagos(at::convolution(borrow_as_backing(input), borrow_as_backing(weight), borrow_optional_as_backing(bias),
                                          stride, padding, dilation, transposed, output_padding, groups),
                          input.device().index());
 }
@@ -193,32 +186,6 @@ std::tuple<at::Tensor, at::Tensor> fused_gru_cell_host(const at::Tensor& input_g
   return {n + z * (hx - n), at::cat({r, z, n, hx, h[2]}, 1)};
 }
 
-// The SDPA choice only reads metadata. Under torch.compile it is asked of tensors without bytes to
-// alias (FakeTensors, functional and other Python wrappers, while tracing modes are active): the
-// backing then gets an uninitialised tensor of the same sizes, strides, dtype and requires_grad,
-// and the backing's choice runs outside those modes, which would otherwise trace it.
-const c10::DispatchKeySet kTracing({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
-                                    c10::DispatchKey::Functionalize, c10::DispatchKey::PreDispatch});
-
-at::Tensor backing_for_choice(const at::Tensor& t) {
-  bool has_bytes = t.has_storage() && t.storage().device_type() == kFlagos && !t.key_set().has_any(kTracing);
-  if (has_bytes) return borrow_as_backing(t);
-  at::Tensor b = at::empty_strided(t.sizes(), t.strides(), t.options().device(to_backing(t.device())));
-  return t.requires_grad() ? b.requires_grad_(true) : b;
-}
-
-// Scaled-dot-product attention asks a per-device stub which fused backend to use; flagos answers
-// with the backing's own choice (cuDNN / flash / efficient on CUDA, flash on the host).
-int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
-                         std::optional<double> scale, bool enable_gqa) {
-  c10::impl::ExcludeDispatchKeyGuard outside_tracing(kTracing);
-  std::optional<at::Tensor> m;
-  if (mask.has_value() && mask->defined()) m = backing_for_choice(*mask);
-  return at::_fused_sdp_choice(backing_for_choice(q), backing_for_choice(k), backing_for_choice(v), m, dropout_p,
-                               is_causal, scale, enable_gqa);
-}
-
 }  // namespace
 
 void register_backing_kernels() {
@@ -232,10 +199,6 @@ void register_backing_kernels() {
 }
 
 }  // namespace torch_fl
-
-namespace at::native {
-REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_fl::fused_sdp_choice)
-}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace torch_fl;
