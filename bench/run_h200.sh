@@ -57,7 +57,7 @@ for stage in ${STAGES:-tests}; do
     conformance)
       # A journal an earlier call brought back, carried in .carry/, is continued (--resume).
       resume=; [ -f .carry/torch-2.11.journal.jsonl ] && cp .carry/torch-2.11.journal.jsonl $RECORDS/ && resume=--resume
-      timeout $(( $(left) - 15 )) torch-fl conformance run nvidia_h200 ${CONFORMANCE_ARGS:--n 16} $resume --json
+      timeout $(( $(left) - 15 )) torch-fl conformance run nvidia_h200 ${CONFORMANCE_ARGS:--n 16 --sweep routed} $resume --json
       cp $RECORDS/torch-2.11.json $RECORDS/torch-2.11.md $RECORDS/torch-2.11.cases.jsonl.gz "$OUT/" 2>/dev/null
       record_complete || cp $RECORDS/torch-2.11.journal.jsonl "$OUT/" ;;
     tune)

@@ -31,7 +31,7 @@ import pytest
 from torch_fl.conformance import crash, journal, recordfile, summary
 from torch_fl.conformance.progress import Progress
 from torch_fl.conformance.recorder import CaseInfo, Recorder
-from torch_fl.conformance.session import Session
+from torch_fl.conformance.session import SWEEP_SCOPES, Session
 from torch_fl.platform.record import evidence_path
 
 MERGE_EVERY_S = 10.0
@@ -52,6 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fl-paths", default="", help="Comma-separated route paths to exercise (default: all).")
     group.addoption("--fl-suites", default="", help="Suites selected (recorded in the run's selection).")
     group.addoption("--fl-samples", type=int, default=2, help="Samples per OpInfo x dtype.")
+    group.addoption("--fl-sweep", default="all", choices=SWEEP_SCOPES,
+                    help="Ops the sweep suite sweeps: all a gated path implements, or those the route table routes.")
     group.addoption("--fl-case-timeout", type=float, default=60.0, help="Seconds one case may take.")
     group.addoption("--fl-item-timeout", type=float, default=600.0, help="Seconds an item may spend outside its cases.")
     group.addoption("--fl-warmup-timeout", type=float, default=900.0, help="Seconds for the first call of a compiling path.")
@@ -134,6 +136,7 @@ class Controller:
                 "paths": _paths(config),
                 "k": config.getoption("keyword") or "",
                 "samples": config.getoption("fl_samples"),
+                "sweep": config.getoption("fl_sweep"),
                 "case_timeout_s": config.getoption("fl_case_timeout"),
             },
         }
@@ -348,7 +351,8 @@ class Worker:
             warmup_paths=WARMUP_PATHS,
         )
         paths = _paths(config)
-        self.session = Session(name, self.recorder, frozenset(paths) if paths else None, config.getoption("fl_samples"))
+        self.session = Session(name, self.recorder, frozenset(paths) if paths else None, config.getoption("fl_samples"),
+                               sweep=config.getoption("fl_sweep"))
         self.session.descriptor = descriptor
         self.reports: list[pytest.TestReport] = []
         self._announced = False

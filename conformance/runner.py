@@ -26,6 +26,7 @@ from typing import Any
 
 from torch_fl.conformance import journal
 from torch_fl.conformance.recordfile import partial_path
+from torch_fl.conformance.session import SWEEP_SCOPES
 from torch_fl.conformance.summary import summary_path
 from torch_fl.filelock import hold
 
@@ -56,6 +57,7 @@ class RunOptions:
     record_dir: Path | None = None
     quiet: bool = False
     samples: int = 2
+    sweep: str = "all"
     warmup_timeout: float = 900.0
     pytest_args: list[str] = field(default_factory=list)
 
@@ -101,6 +103,8 @@ def validate(options: RunOptions) -> None:
     unknown = [p for p in options.paths or [] if p not in PATHS]
     if unknown:
         raise ValueError(f"unknown path(s) {unknown}; paths: {', '.join(PATHS)}")
+    if options.sweep not in SWEEP_SCOPES:
+        raise ValueError(f"--sweep takes one of {', '.join(SWEEP_SCOPES)}; got {options.sweep!r}")
     if options.workers != "auto" and (not str(options.workers).isdigit() or int(options.workers) < 1):
         raise ValueError("-n takes 'auto' or a number of workers >= 1 (a worker is what survives a crashing kernel)")
     if options.add and options.resume:
@@ -146,6 +150,7 @@ def resume_selection(options: RunOptions, record_file: Path) -> RunOptions:
     options.paths = chosen.get("paths") or None
     options.k = chosen.get("k") or None
     options.samples = int(chosen.get("samples", options.samples))
+    options.sweep = str(chosen.get("sweep", options.sweep))
     return options
 
 
@@ -196,7 +201,7 @@ def pytest_command(options: RunOptions, record_file: Path, ini: Path, output: Pa
         "--fl-platform", options.platform, "--fl-record", str(record_file), "--fl-output", str(output),
         "--fl-parent-pid", str(os.getpid()),
         "--fl-suites", ",".join(suites), "--fl-paths", ",".join(options.paths or []),
-        "--fl-samples", str(options.samples), "--fl-case-timeout", str(options.timeout),
+        "--fl-samples", str(options.samples), "--fl-sweep", options.sweep, "--fl-case-timeout", str(options.timeout),
         "--fl-item-timeout", str(item_timeout), "--fl-warmup-timeout", str(max(options.timeout, options.warmup_timeout)),
     ]
     if options.k:

@@ -16,6 +16,11 @@ from torch_fl.conformance.recorder import CaseInfo, Recorder
 
 PYTHON_PATHS = frozenset({"flaggems", "vendor", "emulated"})
 """Paths served by a Python route kernel (native and cpu are the C++ core's)."""
+SWEEP_SCOPES = ("all", "routed")
+"""What the sweep suite sweeps: every op a gated path implements, or only the ops the platform's
+route table can send off native (a non-native candidate before native, or a tuned bucket). With
+`routed`, the other ops' routes are proven at the ops suite's sizes only, so their larger calls run
+native: a board with hundreds of FlagGems kernels sweeps what its table uses in minutes."""
 
 
 @dataclass
@@ -26,8 +31,10 @@ class Session:
     recorder: Recorder
     paths: frozenset[str] | None
     samples: int
+    sweep: str = "all"
     descriptor: Any = None
     candidates_by_op: dict[str, list[str]] = field(default_factory=dict)
+    routed_off_native: set[str] = field(default_factory=set)
     default_candidates: list[str] = field(default_factory=list)
     activation_error: str | None = None
     _active: bool = False
@@ -48,7 +55,11 @@ class Session:
             self.descriptor = active.descriptor
             self.default_candidates = list(r.default_candidates())
             for op in sorted(r.routed_ops()):
-                self.candidates_by_op[op] = list(r.plan(op).candidates)
+                plan = r.plan(op)
+                self.candidates_by_op[op] = list(plan.candidates)
+                buckets = plan.route.buckets if plan.route is not None else []
+                if plan.candidates[:1] != ["native"] or any(b.choice != "native" for b in buckets):
+                    self.routed_off_native.add(op)
                 r.set_route(op, ["native"])
             r.key_listener = self.recorder.note_key
         except Exception as exc:

@@ -90,6 +90,8 @@ def swept_ops(fl: Any) -> list[str]:
         kernels = router().kernel_sets.get(path)
         if kernels is not None and fl.selected(path):
             ops |= {op for op in kernels.ops() if not refusal(op, path)}
+    if fl.sweep == "routed":
+        ops &= fl.routed_off_native
     return sorted(ops)
 
 

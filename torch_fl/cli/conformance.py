@@ -52,6 +52,10 @@ def run_cmd(
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds one case may take before it is stopped as hung."),
     warmup_timeout: float = typer.Option(900.0, "--warmup-timeout", help="Seconds for the first call per op of a compiling path (FlagGems autotuning)."),
     samples: int = typer.Option(2, "--samples", min=1, help="OpInfo samples per op and dtype."),
+    sweep: str = typer.Option(
+        "all", "--sweep", help="Ops the sweep suite sweeps: 'all' a gated path implements, or 'routed': those the "
+        "route table can send off native (the others are proven at OpInfo sizes only)."
+    ),
     record_dir: Path | None = typer.Option(None, "--record-dir", help="Write the record here instead of the platform's records/ folder."),
     fail_on_failure: bool = typer.Option(
         False, "--fail-on-failure", help="Exit 2 when the run completed but a case of a non-native path failed, "
@@ -66,7 +70,7 @@ def run_cmd(
 
     options = RunOptions(
         platform=name, k=k, workers=workers, suites=_split(suite), paths=_split(paths), resume=resume, add=add,
-        timeout=timeout, record_dir=record_dir, quiet=as_json, samples=samples, warmup_timeout=warmup_timeout,
+        timeout=timeout, record_dir=record_dir, quiet=as_json, samples=samples, warmup_timeout=warmup_timeout, sweep=sweep,
     )
     try:
         outcome = run(options)
