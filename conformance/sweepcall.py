@@ -14,6 +14,7 @@ import torch
 from torch_fl.conformance import compare
 from torch_fl.conformance.sizes import GUARD
 from torch_fl.conformance.sweepgen import Call
+from torch_fl.numerics import reduction_length
 
 
 @dataclass
@@ -170,7 +171,7 @@ def compare_runs(got: Observed, native: Observed, dtype: torch.dtype, inputs: li
             if not _same_bits(a, e):
                 problems.append(f"output {i}: FP8 bits differ from the native route's")
             continue
-        reduce = compare.reduction_length(inputs, e) if e.dim() else max(1, max((t.numel() for t in inputs), default=1))
+        reduce = reduction_length(inputs, e) if e.dim() else max(1, max((t.numel() for t in inputs), default=1))
         why = compare.compare_tensor(a, e.cpu(), e.dtype, reduce)
         if why:
             problems.append(f"output {i}: {why}")
