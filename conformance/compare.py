@@ -24,9 +24,9 @@ def _describe_mismatch(actual: torch.Tensor, expected: torch.Tensor, bad: torch.
 def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, reduce: int = 1) -> str | None:
     """Values of `actual` against `expected` (a reference, cast here to `dtype`); None when close.
 
-    Both are moved to the CPU (sparse ones of the same layout compared as dense). Floating results: |a - e| <= atol + rtol * |e| with the reference
-    rounded to `dtype` first (as FlagGems does), NaN where and only where the reference has NaN,
-    infinities equal. Integers and bool: exact.
+    Both are moved to the CPU; sparse ones of the same layout are compared as dense. Floating
+    results: |a - e| <= atol + rtol * |e| with the reference rounded to `dtype` first (as FlagGems
+    does), NaN where and only where the reference has NaN, infinities equal. Integers and bool: exact.
     """
     if actual.layout != expected.layout:
         return f"layout {actual.layout}, expected {expected.layout}"

@@ -99,7 +99,8 @@ def _preflight_cli(*args: str) -> subprocess.CompletedProcess:
         pytest.skip("the torch-fl command is not installed next to this interpreter")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLAGOS_")}
     env["PYTHONPROFILEIMPORTTIME"] = "1"
-    return subprocess.run([str(script), "preflight", *args, "--json"], capture_output=True, text=True, timeout=120, env=env)
+    command = [str(script), "preflight", *args, "--json"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_cli_inspects_a_wheel_without_importing_torch(tmp_path):

@@ -61,7 +61,7 @@ def test_host_fused_attention_equals_the_cpu_fused_kernel(case):
     out_cpu.backward(grad)
 
     fq, fk, fv = (t.detach().to("flagos").requires_grad_() for t in (q, k, v))
-    fl_kwargs = {name: value.to("flagos") if isinstance(value, torch.Tensor) else value for name, value in kwargs.items()}
+    fl_kwargs = {name: v.to("flagos") if isinstance(v, torch.Tensor) else v for name, v in kwargs.items()}
     ran: dict[str, torch.Tensor] = {}
 
     def step() -> None:

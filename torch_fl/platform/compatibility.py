@@ -36,7 +36,8 @@ def torch_cxx11_abi() -> bool | None:
         text = Path(str(source)).read_text(encoding="utf-8")
     except (metadata.PackageNotFoundError, OSError):
         return None
-    found = re.search(r"def compiled_with_cxx11_abi\(\)[^:]*:\s*(?:r?\"\"\"[^\"]*\"\"\"\s*)?return (True|False)\b", text)
+    docstring = r'(?:r?"""[^"]*"""\s*)?'
+    found = re.search(r"def compiled_with_cxx11_abi\(\)[^:]*:\s*" + docstring + r"return (True|False)\b", text)
     return None if found is None else found.group(1) == "True"
 
 

@@ -58,7 +58,8 @@ at::Tensor in_query_layout(const at::Tensor& query, at::Tensor out) {
   } else {
     std::vector<int64_t> order(query.dim());
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return query.stride(a) > query.stride(b); });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return query.stride(a) > query.stride(b); });
     std::vector<int64_t> strides(query.dim());
     int64_t stride = 1;
     for (auto it = order.rbegin(); it != order.rend(); ++it) {

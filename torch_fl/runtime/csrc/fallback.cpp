@@ -458,7 +458,8 @@ std::vector<c10::RegistrationHandleRAII> claim_backing_kernels() {
   std::vector<c10::RegistrationHandleRAII> handles;
   for (const auto& claim : claims) {
     std::unordered_set<std::string> seen;
-    for (auto key : {c10::DispatchKey::CompositeExplicitAutograd, c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
+    for (auto key : {c10::DispatchKey::CompositeExplicitAutograd,
+                     c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
                      c10::DispatchKey::CompositeImplicitAutograd}) {
       for (const auto& name : dispatcher.getAllOpNamesForDispatchKey(key)) {
         if (name.name.rfind("aten::", 0) != 0 || !seen.insert(name.name + "." + name.overload_name).second) continue;

@@ -141,8 +141,9 @@ std::tuple<at::Tensor, at::Tensor> native_dropout_host(const at::Tensor& input, 
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
                        at::IntArrayRef output_padding, int64_t groups) {
-  return adopt_as_flagos(at::convolution(borrow_as_backing(input), borrow_as_backing(weight), borrow_optional_as_backing(bias),
-                                         stride, padding, dilation, transposed, output_padding, groups),
+  return adopt_as_flagos(at::convolution(borrow_as_backing(input), borrow_as_backing(weight),
+                                         borrow_optional_as_backing(bias), stride, padding, dilation, transposed,
+                                         output_padding, groups),
                          input.device().index());
 }
 
