@@ -20,9 +20,13 @@ of a key to pass it, and the suites sweep them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported on first use, not here: importing this module first (the conformance tests
+# do) would otherwise run torch's backend autoload, whose activation imports this very module.
 
 SIZE_CLASSES: tuple[tuple[str, int | None], ...] = (
     ("tiny", 2**8),
@@ -97,7 +101,7 @@ def _slots(overload: torch._ops.OpOverload) -> tuple[_Slot, ...]:
 
 
 _ABSENT = object()
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
+_DTYPE_NAMES: dict[Any, str] = {}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -109,6 +113,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def _tensor_word(t: Any) -> tuple[str, int]:
+    import torch
+
     if t is None:
         return "-", 0
     if not isinstance(t, torch.Tensor):
@@ -118,6 +124,8 @@ def _tensor_word(t: Any) -> tuple[str, int]:
 
 
 def _scalar_word(value: Any) -> str:
+    import torch
+
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
@@ -136,6 +144,8 @@ KeyFunction = Callable[[tuple[Any, ...], dict[str, Any]], CallKey]
 
 def key_function(overload: torch._ops.OpOverload) -> KeyFunction:
     """The key function of one overload (its schema is read once, here, not per call)."""
+    import torch
+
     slots = _slots(overload)
 
     def key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallKey:
