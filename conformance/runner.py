@@ -125,10 +125,18 @@ def check_addable(platform: str, record_file: Path) -> None:
     expected = identity(load_platform(platform))
     if not record.get("complete"):
         raise ValueError(f"--add: {record_file} is not complete; finish it with --resume first")
-    for key, value in expected.items():
-        if record.get(key) != value:
-            raise ValueError(f"--add: {record_file} has {key} {record.get(key)!r}, here it is {value!r}; "
-                             "run the whole conformance without --add")
+    from torch_fl.platform.record import Binding, binding_differences
+
+    if record.get("platform") != expected["platform"]:
+        raise ValueError(f"--add: {record_file} is a record of platform {record.get('platform')!r}; "
+                         "run the whole conformance without --add")
+    try:
+        differences = binding_differences(Binding.model_validate(record.get("binding")), Binding(**expected["binding"]))
+    except ValueError as exc:
+        differences = [f"its binding is unreadable ({str(exc)[:200]})"]
+    if differences:
+        raise ValueError(f"--add: {record_file} was made for another checkout or machine: {'; '.join(differences)}; "
+                         "run the whole conformance without --add")
 
 
 def resume_selection(options: RunOptions, record_file: Path) -> RunOptions:

@@ -34,8 +34,8 @@ def test_add_needs_a_complete_record_made_here(tmp_path: Path) -> None:
     first = conformance(["host_ref", "--suite", "rng", "-n", "1", "--record-dir", str(tmp_path)], run_env())
     record_file = Path(first["record"])
     record = json.loads(record_file.read_text())
-    record["descriptor_hash"] = "sha256:other"
+    record["binding"]["descriptor_hash"] = "sha256:other"
     record_file.write_text(json.dumps(record))
     other = conformance(["host_ref", "--suite", "workload", "--add", "--record-dir", str(tmp_path)], run_env())
-    assert not other["ok"] and "descriptor_hash" in other["error"]
+    assert not other["ok"] and "descriptor changed" in other["error"]
     assert json.loads(record_file.read_text()) == record  # left as it was
