@@ -164,9 +164,12 @@ def _conclude_by_key(case: Any, verdicts: list[Verdict], extra: list[str], like_
         _conclude(case, verdicts, extra, like_native)
         return
     case.by_key = {}
+    every_forward = {(i, "forward") for i in range(len(verdicts))}
     for key, phases in case.keys.items():
         problems, uncompared = list(extra), []
-        for sample, part in sorted(phases, key=str):
+        # a call made before any part began (copying a sample onto flagos) feeds every forward
+        reached = {p for p in phases if p is not None} | (every_forward if None in phases else set())
+        for sample, part in sorted(reached, key=str):
             v = verdicts[sample]
             problems += [f"sample {sample}: {p}" for p in v.by_part.get(part, [])]
             if part not in v.compared:
