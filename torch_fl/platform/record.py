@@ -140,6 +140,8 @@ def gate_verdicts(cases: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, 
         if op is None or path not in GATED_PATHS or status == "skipped":
             continue
         keys = case.get("keys") or ([ANY_KEY] if status in FAILING else [])
+        if not keys:
+            continue
         verdicts = gate.setdefault(op, {}).setdefault(path, {})
         for key in keys:
             now = verdicts.get(key)
