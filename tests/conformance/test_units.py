@@ -171,3 +171,49 @@ def test_model_reference_script_takes_the_launchers_arguments() -> None:
     env = {"FLAGOS_PLATFORM": None, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     result = run_script(Path(decoder.__file__), ["cpu", "2", "tiny"], env, timeout=300)
     assert result["losses"] == pytest.approx(decoder.train(decoder.CONFIGS["tiny"], "cpu", 2), rel=1e-6)
+
+
+# ---- out= overloads
+class _OutOp:
+    """An OpInfo stand-in whose out= overload returns `out` without writing it when `writes` is off."""
+
+    supports_out = True
+    inplace_variant = None
+
+    def __init__(self, writes: bool) -> None:
+        self.writes = writes
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        result = x.sum().to(torch.int64)
+        if out is None:
+            return result
+        if self.writes:
+            out.copy_(result)
+        return out
+
+
+@pytest.mark.parametrize("writes", [True, False])
+def test_an_out_overload_that_leaves_out_unwritten_is_an_error_of_that_part(writes: bool) -> None:
+    from torch_fl.conformance.opcheck import Variant, run_sample
+
+    class Sample:
+        input = torch.ones(3)
+        args: tuple = ()
+        kwargs: dict = {}
+        output_process_fn_grad = None
+
+    variant = Variant("cpu", "cpu", home="cpu")
+    run = run_sample(_OutOp(writes), Sample(), variant, torch.float32, 0, None, backward=False)
+    assert run.out is not None
+    if writes:
+        assert run.out.error is None and run.out.values[0].item() == 3
+    else:
+        assert run.out.error is not None and "left unwritten" in run.out.error
+
+
+def test_the_cpu_path_refuses_privateuse1_hooks() -> None:
+    from torch_fl.routing.constraints import refusal
+
+    assert "PrivateUse1 hook" in refusal("aten::_scaled_dot_product_fused_attention_overrideable", "cpu")
+    assert refusal("aten::_scaled_dot_product_fused_attention_overrideable", "native") is None
+    assert refusal("aten::add.Tensor", "cpu") is None

@@ -44,4 +44,7 @@ def refusal(op: str, path: str) -> Optional[str]:
         return "changes its input's sizes and strides in place (transpose_, squeeze_...): only the native path can"
     if path == "cpu" and op in CPU_PATH_TRANSFERS:
         return "the cpu path transfers with this op itself"
+    if path == "cpu" and "_overrideable" in op:
+        # PyTorch's hooks for PrivateUse1 backends (fused SDPA, convolution): no host kernel exists.
+        return "a PrivateUse1 hook with no CPU kernel: only the device itself serves it"
     return None
