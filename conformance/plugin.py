@@ -31,7 +31,8 @@ import pytest
 from torch_fl.conformance import crash, journal, recordfile, summary
 from torch_fl.conformance.progress import Progress
 from torch_fl.conformance.recorder import CaseInfo, Recorder
-from torch_fl.conformance.session import SWEEP_SCOPES, Session
+from torch_fl.conformance.runner import SWEEP_SCOPES
+from torch_fl.conformance.session import Session
 from torch_fl.platform.record import evidence_path
 
 MERGE_EVERY_S = 10.0

@@ -26,7 +26,6 @@ from typing import Any
 
 from torch_fl.conformance import journal
 from torch_fl.conformance.recordfile import partial_path
-from torch_fl.conformance.session import SWEEP_SCOPES
 from torch_fl.conformance.summary import summary_path
 from torch_fl.filelock import hold
 
@@ -40,7 +39,11 @@ RUN_ORDER: tuple[str, ...] = (
 PATHS: tuple[str, ...] = ("native", "flaggems", "vendor", "emulated", "cpu")
 _SCRUBBED_PREFIXES = ("FLAGOS_ROUTE_",)
 _SCRUBBED = ("FLAGOS_ROUTES", "FLAGOS_STRICT", "FLAGOS_ALLOW_UNVALIDATED")
-
+SWEEP_SCOPES = ("all", "routed")
+"""What the sweep suite sweeps: every op a gated path implements, or only the ops the platform's
+route table can send off native (a non-native candidate before native, or a tuned bucket). With
+`routed`, the other ops' routes are proven at the ops suite's sizes only, so their larger calls run
+native: a board with hundreds of FlagGems kernels sweeps what its table uses in minutes."""
 
 @dataclass
 class RunOptions:

@@ -16,11 +16,6 @@ from torch_fl.conformance.recorder import CaseInfo, Recorder
 
 PYTHON_PATHS = frozenset({"flaggems", "vendor", "emulated"})
 """Paths served by a Python route kernel (native and cpu are the C++ core's)."""
-SWEEP_SCOPES = ("all", "routed")
-"""What the sweep suite sweeps: every op a gated path implements, or only the ops the platform's
-route table can send off native (a non-native candidate before native, or a tuned bucket). With
-`routed`, the other ops' routes are proven at the ops suite's sizes only, so their larger calls run
-native: a board with hundreds of FlagGems kernels sweeps what its table uses in minutes."""
 
 
 @dataclass

@@ -11,8 +11,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from torch_fl.activation import activate, active_platform, is_active
+from torch_fl.activation import activate, active_platform, install_torch_first, is_active
 from torch_fl.activation import autoload as _autoload  # PyTorch's entry point (group `torch.backends`)
+
+install_torch_first()
 
 # Imported on first use, so importing the package does not import torch by itself.
 _LAZY = {

@@ -15,7 +15,10 @@ with a real CUDA device the autoload registers flagos only when FLAGOS_PLATFORM 
 """
 from __future__ import annotations
 
+import importlib
+import importlib.abc
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Optional
@@ -51,6 +54,40 @@ _active: Optional[ActivePlatform] = None
 _autoload_enabled = True  # False once the process said it activates only when asked
 _activating = False  # True while activate() imports torch, whose autoload then leaves the work to it
 _warned_broken: set[str] = set()
+
+
+# The modules that import torch themselves (packages: every module in them). The rest of the
+# package (platform data, route files, the CLI, onboarding) imports without torch.
+NEEDS_TORCH = (
+    "torch_fl.runtime", "torch_fl.kernels", "torch_fl.workloads", "torch_fl.numerics", "torch_fl.conformance.suites",
+    "torch_fl.routing.checks", "torch_fl.routing.constraints", "torch_fl.routing.explanation",
+    "torch_fl.routing.runtime", "torch_fl.routing.tuner", "torch_fl.routing.tuner_worker",
+    "torch_fl.conformance.compare", "torch_fl.conformance.dist_worker", "torch_fl.conformance.opcheck",
+    "torch_fl.conformance.sharing_worker", "torch_fl.conformance.sweepcall", "torch_fl.conformance.sweepgen",
+    "torch_fl.conformance.watch",
+)
+
+
+class TorchFirst(importlib.abc.MetaPathFinder):
+    """Imports torch before a module of ours that needs it starts executing.
+
+    The first `import torch` of a process runs PyTorch's autoload, which activates and so imports
+    most of the package; had that import begun inside one of our modules, the activation would find
+    that module half-executed. Importing torch before the module exists leaves nothing half-done.
+    """
+
+    def find_spec(self, fullname: str, path: object, target: object = None) -> None:
+        if fullname.startswith(NEEDS_TORCH) and "torch" not in sys.modules:
+            try:
+                importlib.import_module("torch")
+            except ImportError:
+                pass  # the module's own `import torch` reports it
+        return None  # the normal finders load the module
+
+
+def install_torch_first() -> None:
+    if not any(isinstance(f, TorchFirst) for f in sys.meta_path):
+        sys.meta_path.insert(0, TorchFirst())
 
 
 def active_platform() -> Optional[ActivePlatform]:

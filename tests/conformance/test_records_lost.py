@@ -141,7 +141,9 @@ def test_a_subset_run_writes_a_partial_record_and_keeps_the_complete_one(records
     assert (records / RECORD).read_bytes() == before, "a subset run replaced the complete record"
     # the gate reads the complete record, never the partial one next to it
     gated = load_record(records.parent, LINE)
-    assert gated is not None and len(gated.cases) == len(json.loads(before)["cases"]) > 1
+    complete = json.loads(before)
+    assert gated is not None and gated.complete and gated.checksum == complete["checksum"]
+    assert gated.evidence is not None and gated.evidence.cases == complete["evidence"]["cases"] > 1
 
 
 def test_only_a_full_run_or_add_replaces_a_complete_record(complete_record: Path, tmp_path: Path) -> None:

@@ -141,6 +141,52 @@ def test_torch_fl_before_torch_activates_once(run_python, tmp_path, program):
 
 
 @pytest.mark.own_process
+@pytest.mark.parametrize("module", ["torch_fl.routing.explanation", "torch_fl.routing.runtime", "torch_fl.runtime",
+                                    "torch_fl.kernels.base", "torch_fl.numerics", "torch_fl.conformance.compare",
+                                    "torch_fl.workloads.decoder"])
+def test_a_module_of_ours_imported_before_torch_lets_autoload_activate(run_python, module):
+    """The first `import torch` may come from inside one of our modules; the autoload it runs must not
+    find that module half-imported."""
+    result = run_python(
+        f"""
+        import {module}
+        import torch, torch_fl
+        print(torch_fl.is_active(), torch.ones(1, device="flagos").device)
+        """,
+        env={**PLATFORM_ENV, "TORCH_DEVICE_BACKEND_AUTOLOAD": None},
+        check=False,
+    )
+    assert result.returncode == 0 and "not activated" not in result.stderr, result.stderr[-3000:]
+    assert result.stdout.split() == ["True", "flagos:0"]
+
+
+def test_every_module_that_imports_torch_is_imported_after_it():
+    """torch_fl.activation.NEEDS_TORCH names every module whose own top-level code imports torch."""
+    import ast
+    from pathlib import Path
+
+    from torch_fl.activation import NEEDS_TORCH
+
+    root = Path(__file__).resolve().parents[2]
+    folders = {"torch_fl": root / "torch_fl", "torch_fl.conformance": root / "conformance"}
+    unlisted = []
+    for package, folder in folders.items():
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(folder).with_suffix("").parts
+            name = ".".join((package, *parts)).removesuffix(".__init__")
+            tree = ast.parse(path.read_text())
+            imports_torch = any(
+                isinstance(node, ast.Import) and any(a.name == "torch" or a.name.startswith("torch.") for a in node.names)
+                or isinstance(node, ast.ImportFrom) and node.module is not None
+                and (node.module == "torch" or node.module.startswith("torch."))
+                for node in tree.body
+            )
+            if imports_torch and not name.startswith(NEEDS_TORCH):
+                unlisted.append(name)
+    assert not unlisted, f"import torch at top level but not in NEEDS_TORCH: {sorted(unlisted)}"
+
+
+@pytest.mark.own_process
 def test_cli_activates_nothing(run_python):
     """The torch-fl command imports its modules without torch, and its process stays inactive even when
     a command imports torch: it activates only the platform a command names."""

@@ -102,7 +102,7 @@ def run_cmd(
             err_console.print(f"[bold red]no record was written[/]; see {outcome.log_file}")
             return
         s = record["summary"]
-        table = Table(title=f"conformance {name} (torch {record['torch_version']})")
+        table = Table(title=f"conformance {name} (torch {record['binding']['torch_version']})")
         for column in ("", "passed", "failed", "other", "skipped", "pass rate"):
             table.add_column(column)
         for group, rows in (("suite", s["by_suite"]), ("path", s["by_path"])):
