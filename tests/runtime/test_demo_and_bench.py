@@ -37,6 +37,15 @@ def test_dispatch_overhead_bench(run_python, tmp_path):
 
 
 @pytest.mark.own_process
+def test_import_time_bench(run_python, tmp_path):
+    out = tmp_path / "import.json"
+    result = run_python(script("bench/import_time.py", "--rounds", "1", "--json", str(out)), env=PLATFORM)
+    assert "flagos adds" in result.stdout
+    medians = json.loads(out.read_text())["medians"]
+    assert all(medians[side]["wall_s"] > 0 and medians[side]["cpu_s"] > 0 for side in ("plain", "flagos"))
+
+
+@pytest.mark.own_process
 def test_train_step_bench(run_python, tmp_path):
     out, prof = tmp_path / "train.json", tmp_path / "profile.json"
     args = ["--config", "tiny", "--variants", "native-only,tuned", "--steps", "2", "--rounds", "1", "--warmup", "1"]

@@ -1,49 +1,25 @@
-"""`import torch` with flagos autoloaded costs less than a second more than `import torch` alone.
-
-A loose functional bound, measured in fresh interpreters with the core already built: the median
-of 3 each, interleaved. The bound is checked on the child's CPU time (user + system), which a busy
-machine inflates far less than wall time; both are printed. bench/ has the precise numbers."""
+"""What the autoloaded `import torch` brings in. The time itself is measured by bench/import_time.py
+(timed tests fail on loaded machines); this checks the reason it stays short: activation imports
+the runtime and the platform data only, never the CLI, the conformance harness, onboarding or a
+kernel library."""
 from __future__ import annotations
 
+import json
 import os
-import resource
-import statistics
 import subprocess
 import sys
-import time
 
 import torch_fl
 
-ROUNDS = 3
-BOUND_S = 1.0
+# Packages only the tools need; any of them at activation would cost every `import torch`.
+TOOLS_ONLY = ("torch_fl.cli", "conformance", "onboarding", "flag_gems", "typer", "rich", "jinja2", "ruamel", "pytest")
 
 
-def import_seconds(autoload: bool) -> tuple[float, float]:
-    """(wall, cpu) seconds of one `python -c "import torch"`."""
-    env = dict(os.environ)
-    env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "1" if autoload else "0"
-    env["FLAGOS_PLATFORM"] = torch_fl.active_platform().name  # needed on CUDA machines (containment)
-    check = "assert hasattr(torch, 'flagos')" if autoload else "assert not hasattr(torch, 'flagos')"
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", f"import torch; {check}"], env=env, check=True, capture_output=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
-
-
-def test_autoload_import_overhead():
-    import_seconds(True)  # warm the file cache (and build the core if this torch is new)
-    plain, with_flagos = [], []
-    for _ in range(ROUNDS):  # interleaved, so machine load affects both alike
-        plain.append(import_seconds(False))
-        with_flagos.append(import_seconds(True))
-    wall = [statistics.median(w for w, _ in runs) for runs in (plain, with_flagos)]
-    cpu = [statistics.median(c for _, c in runs) for runs in (plain, with_flagos)]
-    print(
-        f"\nimport torch without autoload: {wall[0]:.3f} s wall, {cpu[0]:.3f} s CPU"
-        f"\nimport torch with flagos:      {wall[1]:.3f} s wall, {cpu[1]:.3f} s CPU"
-        f"\nflagos adds {wall[1] - wall[0]:+.3f} s wall, {cpu[1] - cpu[0]:+.3f} s CPU (medians of {ROUNDS})"
-    )
-    assert cpu[1] - cpu[0] < BOUND_S
+def test_autoload_imports_no_tool_package():
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="1", FLAGOS_PLATFORM=torch_fl.active_platform().name)
+    probe = "import json, sys, torch; assert hasattr(torch, 'flagos'); print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, check=True, capture_output=True, text=True)
+    modules = json.loads(out.stdout.splitlines()[-1])
+    loaded = [m for m in modules if any(m == p or m.startswith(p + ".") for p in TOOLS_ONLY)]
+    assert loaded == []
+    assert "torch_fl.runtime.device" in modules
