@@ -78,16 +78,18 @@ def show(name: str = typer.Argument(..., help="Platform name."), as_json: bool =
             "buckets": [b.model_dump(exclude_none=True) for b in route.buckets],
             "provenance": route.provenance.model_dump(exclude_none=True) if route.provenance else None,
         })
-    data = {"ok": True, "platform": name, "record": gate.state, "defaults": list(descriptor.routes.defaults), "ops": rows}
+    defaults = list(table.default or descriptor.routes.defaults)
+    data = {"ok": True, "platform": name, "record": gate.state, "defaults": defaults, "ops": rows}
 
     def human() -> None:
-        t = Table(title=f"{name}: routes (record {gate.state}; other ops: {', '.join(descriptor.routes.defaults)})")
-        for column in ("op", "candidates", "validated", "buckets"):
+        t = Table(title=f"{name}: routes (record {gate.state}; other ops: {', '.join(defaults)})")
+        for column in ("op", "candidates", "validated", "buckets", "reason"):
             t.add_column(column)
         for row in rows:
             ok = ", ".join(f"{p}:{len(v)} keys" for p, v in row["validated_keys"].items())
             buckets = "; ".join(f"<={b['max_numel']}{' ' + b['dtype'] if b.get('dtype') else ''}:{b['choice']}" for b in row["buckets"])
-            t.add_row(row["op"], ", ".join(row["candidates"]), ok, buckets)
+            reason = (row["provenance"] or {}).get("note", "")
+            t.add_row(row["op"], ", ".join(row["candidates"]), ok, buckets, reason)
         console.print(t)
 
     emit(data, as_json, human)

@@ -296,7 +296,7 @@ class Routes(_Model):
 
     file: NonEmpty = Field("routes.yaml", description="Route table, relative to the descriptor's folder.")
     defaults: list[KernelSetName] = Field(
-        default_factory=lambda: ["native", "cpu"], min_length=1, description="Candidate kernel sets, in order, for ops without an entry."
+        default_factory=lambda: ["native", "cpu"], min_length=1, description="Candidate kernel sets, in order, for ops the route table gives no order (no entry, no default)."
     )
     overrides: dict[OpName, list[KernelSetName]] = Field(
         default_factory=dict, description="aten overload -> candidate kernel sets, in order.", json_schema_extra=_OP_KEYS_ONLY

@@ -1,8 +1,9 @@
 """The router: turns the active platform's routes into PrivateUse1 kernels, per op.
 
 For each aten overload the candidates come from (first match wins): the API, FLAGOS_ROUTE_<op>,
-a FLAGOS_ROUTES file, the platform's routes.yaml, the descriptor's route overrides, its route
-defaults. At call time the candidates are filtered by the conformance gate for the call's gate key
+a FLAGOS_ROUTES file or the platform's routes.yaml (its entry for the op), the descriptor's route
+overrides, FLAGOS_ROUTE_DEFAULTS, the table's default order, the descriptor's route defaults (a
+default candidate applies only to the ops its kernel set offers). At call time the candidates are filtered by the conformance gate for the call's gate key
 (torch_fl.routing.gatekey: the dtypes of all its arguments and its size class), and a tuned shape
 bucket may pick among them. Ops where only the C++ paths (native, cpu) can run
 get no Python kernel at all: the C++ fallback serves them at C++ speed.
@@ -116,10 +117,15 @@ class Router:
             return OpPlan(op, list(self.table.ops[op].candidates), self.table_source, self.table.ops[op])
         if op in self.descriptor.routes.overrides:
             return OpPlan(op, list(self.descriptor.routes.overrides[op]), "descriptor routes.overrides")
-        return OpPlan(op, self.default_candidates(), "descriptor routes.defaults")
+        return OpPlan(op, self.default_candidates(), self.default_source())
 
     def default_candidates(self) -> list[str]:
-        return overrides.env_defaults() or list(self.descriptor.routes.defaults)
+        return overrides.env_defaults() or list(self.table.default or self.descriptor.routes.defaults)
+
+    def default_source(self) -> str:
+        if overrides.env_defaults():
+            return "env FLAGOS_ROUTE_DEFAULTS"
+        return f"{self.table_source} default" if self.table.default else "descriptor routes.defaults"
 
     def routed_ops(self) -> set[str]:
         """Every op some source names, plus what default candidates beyond native/cpu offer."""

@@ -1,39 +1,35 @@
 """The initial route table of a platform, from the kernel sets its descriptor declares.
 
-Native stays first for every op: a path that has not won a measurement (the tuner writes shape
-buckets) should not cost a Python call per op; vendor kernels, which exist to be used, go first.
+One default order for every op: native first (a path that has not won a measurement, which the
+tuner writes as shape buckets, should not cost a Python call per op), then the declared kernel
+libraries, then the CPU fallback where the descriptor has one. A path in the default applies only
+to the ops its kernel set offers, so the table needs no entry per op. Vendor ops get entries of
+their own (vendor first: a vendor kernel exists to be used), written by onboarding.
 """
 from __future__ import annotations
 
 from torch_fl.platform import PlatformDescriptor
-from torch_fl.routing.table import OpRoute, Provenance, RouteTable
+from torch_fl.routing.table import RouteTable
+
+# Kernel libraries in the order they are tried after native; vendor kernels get per-op entries.
+_LIBRARIES = ("flaggems", "emulated")
 
 
-def offered_by(descriptor: PlatformDescriptor) -> dict[str, list[str]]:
-    """Kernel set -> the ops it offers, for the sets the descriptor declares (no imports of them)."""
+def declared_libraries(descriptor: PlatformDescriptor) -> list[str]:
     kernels = descriptor.kernels
-    offered: dict[str, list[str]] = {}
-    if kernels.flaggems is not None and kernels.flaggems.enabled:
-        from torch_fl.kernels.flaggems import offered_ops
+    enabled = {
+        "flaggems": kernels.flaggems is not None and kernels.flaggems.enabled,
+        "emulated": kernels.emulated is not None and kernels.emulated.fp8,
+    }
+    return [name for name in _LIBRARIES if enabled[name]]
 
-        offered["flaggems"] = offered_ops()
-    if kernels.emulated is not None and kernels.emulated.fp8:
-        from torch_fl.kernels.emulated import OPS
 
-        offered["emulated"] = list(OPS)
-    if kernels.vendor is not None:
-        offered["vendor"] = sorted(kernels.vendor.ops)
-    return offered
+def default_order(descriptor: PlatformDescriptor) -> list[str]:
+    """The descriptor's route defaults with the declared kernel libraries before its CPU fallback."""
+    head = [p for p in descriptor.routes.defaults if p != "cpu"]
+    tail = [p for p in descriptor.routes.defaults if p == "cpu"]
+    return head + [p for p in declared_libraries(descriptor) if p not in head] + tail
 
 
 def seed_table(descriptor: PlatformDescriptor) -> RouteTable:
-    candidates: dict[str, list[str]] = {}
-    for path, ops in offered_by(descriptor).items():
-        for op in ops:
-            candidates.setdefault(op, ["native"]).append(path)
-    ops = {}
-    for op, paths in sorted(candidates.items()):
-        if "vendor" in paths:
-            paths = ["vendor"] + [p for p in paths if p != "vendor"]
-        ops[op] = OpRoute(candidates=paths, provenance=Provenance(source="seed", note="declared kernel sets"))
-    return RouteTable(ops=ops)
+    return RouteTable(default=default_order(descriptor))

@@ -1,10 +1,12 @@
-"""The route table, `platforms/<name>/routes.yaml`: per aten overload, the ordered candidate paths
-and, optionally, a per-shape-bucket choice written by the tuner, each with its provenance.
+"""The route table, `platforms/<name>/routes.yaml`: the default candidate order, then the exceptions:
+per aten overload, its own ordered candidate paths and, optionally, a per-shape-bucket choice
+written by the tuner, each with its provenance (the reason it differs from the default).
 
 The file is read and rewritten with ruamel.yaml round-tripping, so a person's comments and key
 order survive `torch-fl routes tune` and `torch-fl onboard`.
 
     format: 1
+    default: [native, flaggems, cpu]   # every op without an entry; a path only where it offers the op
     ops:
       aten::mm:
         candidates: [native, flaggems]
@@ -72,7 +74,16 @@ class OpRoute(_Model):
 
 class RouteTable(_Model):
     format: int = FORMAT
+    default: Optional[list[str]] = Field(
+        None, min_length=1, description="Candidate order of every op without an entry; none: the descriptor's routes.defaults."
+    )
     ops: dict[str, OpRoute] = Field(default_factory=dict)
+
+    def candidates(self, op: str) -> Optional[list[str]]:
+        """The order the table gives `op`: its entry's, else the table's default; None when it gives none."""
+        if op in self.ops:
+            return list(self.ops[op].candidates)
+        return None if self.default is None else list(self.default)
 
 
 def _yaml() -> Any:
@@ -94,7 +105,7 @@ def unknown_path(name: str) -> str | None:
 
 
 def _path_issues(table: RouteTable) -> list[Issue]:
-    issues = []
+    issues = [Issue(problem, ("default", i)) for i, name in enumerate(table.default or []) if (problem := unknown_path(name))]
     for op, route in table.ops.items():
         if not op.startswith("aten::") and "::" not in op:
             issues.append(Issue(f"expected a qualified op name such as aten::mm; got {short(op)}", ("ops", op)))
@@ -155,7 +166,7 @@ def _compact(data: Any, key: str = "") -> Any:
         return node
     if isinstance(data, list):
         node = CommentedSeq([_compact(v) for v in data])
-        if key == "candidates":
+        if key in ("candidates", "default"):
             node.fa.set_flow_style()
         return node
     return data

@@ -279,7 +279,9 @@ def tune(
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     tuned_routes = {}
     for op, buckets in chosen.items():
-        route = router.table.ops.get(op) or OpRoute(candidates=router.plan(op).candidates)
+        route = router.table.ops.get(op) or OpRoute(
+            candidates=router.plan(op).candidates, provenance=Provenance(source="tune", note="tuned shape buckets")
+        )
         for b in buckets:
             b.provenance = Provenance(source="tune", workload=workload, at=now, record=router.gate.state)
         tuned_routes[op] = route.model_copy(update={"buckets": buckets})
