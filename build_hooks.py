@@ -5,6 +5,7 @@ descriptors being packaged (torch_fl.platform.compatibility.build_manifest) into
 so the file is never hand-written nor committed. The platform modules are loaded from the source
 tree without running `torch_fl/__init__.py`, which would activate the device and import torch.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -39,8 +40,8 @@ def _platform_layer() -> tuple[ModuleType, ModuleType]:
 def _torch_requirement(requirements: list[str]) -> str | None:
     for requirement in requirements:
         name = requirement.split(";")[0].strip()
-        if name.startswith("torch") and name[len("torch"):][:1] in ("<", ">", "=", "!", "~", ""):
-            return name[len("torch"):].strip() or None
+        if name.startswith("torch") and name[len("torch") :][:1] in ("<", ">", "=", "!", "~", ""):
+            return name[len("torch") :].strip() or None
     return None
 
 

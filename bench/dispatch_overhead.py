@@ -13,6 +13,7 @@ median-of-repeats rounds (rounds interleave the ways, so machine noise hits them
 On a CUDA backing each timed loop ends with a synchronisation, so queued GPU work is counted.
 Targets from the design: native add at most 1.5 us over plain CPU, a view at most 0.2 us over.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -90,8 +91,8 @@ def run(calls: int, repeats: int, rounds: int, size: int) -> dict:
     for _ in range(rounds):
         for name, op in ops.items():
             candidates = {
-                "plain": (lambda: op(*plain), plain_sync),
-                "native": (lambda: op(*flagos), flagos_sync),
+                "plain": (lambda op=op: op(*plain), plain_sync),
+                "native": (lambda op=op: op(*flagos), flagos_sync),
             }
             for way, (fn, sync) in candidates.items():
                 for _ in range(max(1, calls // 10)):  # warm-up

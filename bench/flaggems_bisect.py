@@ -18,6 +18,7 @@ A kernel that faults the device ends its process: the overload is reported as su
 process goes on with the next. GEMMs autotune for about 30 s per shape on their first call: they
 are left out unless --include-gemm.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -137,8 +138,19 @@ def device_answers(device: str) -> bool:
 
 def child(args: argparse.Namespace, mode: str, extra: list[str], scratch: Path) -> tuple[list[dict], str]:
     """Run a child; its replies and, if it died, the tail of its stderr."""
-    command = [sys.executable, __file__, "--config", args.config, "--steps", str(args.steps), "--device", args.device,
-               "--mode", mode, *extra]
+    command = [
+        sys.executable,
+        __file__,
+        "--config",
+        args.config,
+        "--steps",
+        str(args.steps),
+        "--device",
+        args.device,
+        "--mode",
+        mode,
+        *extra,
+    ]
     command += ["--include-gemm"] if args.include_gemm else []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if mode != "flagos":
@@ -147,7 +159,7 @@ def child(args: argparse.Namespace, mode: str, extra: list[str], scratch: Path) 
     log = scratch / "child.log"
     with open(log, "w") as stderr:
         done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
-    replies = [json.loads(line[len(MARK):]) for line in done.stdout.splitlines() if line.startswith(MARK)]
+    replies = [json.loads(line[len(MARK) :]) for line in done.stdout.splitlines() if line.startswith(MARK)]
     died = "" if done.returncode == 0 else " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])[-300:]
     return replies, died
 
@@ -180,13 +192,18 @@ def main() -> None:
         work = replies[0]
         (scratch / "work.json").write_text(json.dumps(work))
         ops = work["ops"]
-        print(f"config {args.config}: {len(ops)} FlagGems overloads in one step; reference losses "
-              + " ".join(f"{x:.4f}" for x in work["reference"]), flush=True)
+        print(
+            f"config {args.config}: {len(ops)} FlagGems overloads in one step; reference losses "
+            + " ".join(f"{x:.4f}" for x in work["reference"]),
+            flush=True,
+        )
         verdicts: dict[str, dict[str, str]] = {op: {} for op in ops}
         for mode in args.modes.split(","):
             start = 0
             while start < len(ops):
-                replies, died = child(args, mode, ["--work", str(scratch / "work.json"), "--start", str(start)], scratch)
+                replies, died = child(
+                    args, mode, ["--work", str(scratch / "work.json"), "--start", str(start)], scratch
+                )
                 running = None
                 for r in replies:
                     if "verdict" in r:
@@ -202,10 +219,18 @@ def main() -> None:
     broken = {op: v for op, v in verdicts.items() if any(x != "agree" for x in v.values())}
     print(f"\n{len(broken)} of {len(ops)} overloads break the workload on FlagGems:")
     for op, v in broken.items():
-        blame = "FlagGems" if v.get("plain", "agree") != "agree" else "flagos" if v.get("flagos", "agree") != "agree" else "?"
+        blame = (
+            "FlagGems"
+            if v.get("plain", "agree") != "agree"
+            else "flagos"
+            if v.get("flagos", "agree") != "agree"
+            else "?"
+        )
         print(f"  {op:40s}" + "  ".join(f"{m}: {x}" for m, x in v.items()) + f"  -> {blame}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"config": args.config, "reference": work["reference"], "verdicts": verdicts}, indent=1) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"config": args.config, "reference": work["reference"], "verdicts": verdicts}, indent=1) + "\n"
+        )
 
 
 if __name__ == "__main__":

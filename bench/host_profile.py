@@ -7,6 +7,7 @@ on flagos and on the plain backing device, and prints them side by side (largest
 The plain-CUDA reference runs in a subprocess that never imports torch_fl (a process with flagos
 registered cannot run autograd over plain CUDA tensors; see torch_fl.activation).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,11 @@ def measure(device: str, config: str, steps: int) -> dict:
 
     dtype = torch.bfloat16 if device in ("cuda", "flagos") and _backing(device) == "cuda" else torch.float32
     _, _, step = build(CONFIGS[config], device, dtype)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: torch.flagos.synchronize() if device == "flagos" else None)
+    sync = (
+        torch.cuda.synchronize
+        if device == "cuda"
+        else (lambda: torch.flagos.synchronize() if device == "flagos" else None)
+    )
     for _ in range(3):
         step()
     sync()
@@ -87,7 +92,10 @@ def main() -> None:
     env.pop("FLAGOS_PLATFORM", None)
     out = subprocess.run(
         [sys.executable, __file__, "--reference", "--config", args.config, "--steps", str(args.steps)],
-        env=env, capture_output=True, text=True, check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     reference = json.loads(out.stdout.strip().splitlines()[-1])
     flagos = measure("flagos", args.config, args.steps)

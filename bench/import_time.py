@@ -8,6 +8,7 @@ it on (the platform of this process, so that a CUDA machine activates the same o
 that load on the machine hits both alike; medians of wall and CPU (user + system) seconds. The core
 is built (or found) first, outside the timing. Design target: under 1 s of CPU added.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,7 +58,9 @@ def main() -> None:
     for side, m in medians.items():
         print(f"  import torch ({side:6}) {m['wall_s']:.3f} s wall  {m['cpu_s']:.3f} s CPU")
     verdict = "within" if added["cpu_s"] < TARGET_S else "OVER"
-    print(f"  flagos adds {added['wall_s']:+.3f} s wall, {added['cpu_s']:+.3f} s CPU ({verdict} the {TARGET_S} s target)")
+    print(
+        f"  flagos adds {added['wall_s']:+.3f} s wall, {added['cpu_s']:+.3f} s CPU ({verdict} the {TARGET_S} s target)"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({"platform": platform, "medians": medians, "added": added}, indent=1))
 

@@ -23,6 +23,7 @@ Agreement with the plain side: on CUDA, the first --warmup training losses and e
 within a relative 2e-2 (bf16), and equal generated tokens; on the host, every loss bitwise equal
 and equal tokens. The exit status is 1 when a case disagrees or a side fails.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,16 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the helpers beside this script, however it is started
 from side_processes import (  # noqa: E402
-    EMPTY_TABLE, Side, agreement, calls_by_path, device_api, fmt, profile, reply, serve, side_env,
+    EMPTY_TABLE,
+    Side,
+    agreement,
+    calls_by_path,
+    device_api,
+    fmt,
+    profile,
+    reply,
+    serve,
+    side_env,
 )
 
 ROOT = HERE.parent
@@ -148,18 +158,24 @@ class ZooSide:
                 def run() -> torch.Tensor:
                     with torch.inference_mode():
                         return self.zoo.generate(net, prompt, new_tokens)
+
         self.run, self.mode = run, mode
         self.checks = [self.run().tolist() for _ in range(warmup if mode != "decode" else 1)]
         self.sync()
         self.rounds: list[float] = []
         work = {"train": shape.batch, "prefill": shape.batch, "decode": decode_batch * new_tokens}[mode]
         return {
-            "ready": True, "warmup_s": round(time.perf_counter() - started, 2), "batch": shape.batch,
-            "seq": shape.seq, "prompt": shape.prompt, "work_per_run": work,
+            "ready": True,
+            "warmup_s": round(time.perf_counter() - started, 2),
+            "batch": shape.batch,
+            "seq": shape.seq,
+            "prompt": shape.prompt,
+            "work_per_run": work,
             "parameters": sum(p.numel() for p in cpu.parameters()),
             # Module.parameters() lists a shared parameter once: more here than on the CPU means the
             # move to the device gave modules their own copies
-            "parameter_tensors": len(list(net.parameters())), "cpu_parameter_tensors": len(list(cpu.parameters())),
+            "parameter_tensors": len(list(net.parameters())),
+            "cpu_parameter_tensors": len(list(cpu.parameters())),
         }
 
     def round(self, runs: int) -> dict:
@@ -178,9 +194,14 @@ class ZooSide:
         """The case's result; then the case is dropped (its memory freed)."""
         assert self.run is not None
         result = {
-            "side": self.side, "variant": self.variant, "device": self.device, "backing": self.backing,
-            "ms_per_run": statistics.median(self.rounds), "ms_per_run_rounds": self.rounds,
-            "peak_memory_bytes": max(self.peak(), 0) or None, "checks": self.checks,
+            "side": self.side,
+            "variant": self.variant,
+            "device": self.device,
+            "backing": self.backing,
+            "ms_per_run": statistics.median(self.rounds),
+            "ms_per_run_rounds": self.rounds,
+            "peak_memory_bytes": max(self.peak(), 0) or None,
+            "checks": self.checks,
         }
         if self.side == "flagos":
             result["calls_by_path"] = calls_by_path(self.run)
@@ -197,8 +218,12 @@ def serve_side(side: str, variant: str, host: bool) -> None:
     import transformers
 
     runner = ZooSide(side, variant, host)
-    ready = {"ready": True, "backing": runner.backing, "torch": torch.__version__,
-             "transformers": transformers.__version__}
+    ready = {
+        "ready": True,
+        "backing": runner.backing,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
     if side == "flagos":
         import torch_fl
 
@@ -269,13 +294,23 @@ class Run:
                 self.handles[label] = self.start(label)
                 self.handles[label].wait()
         for handle in self.handles.values():
-            handle.send("build", model=model, mode=mode, scale=a.scale, warmup=a.warmup, new_tokens=a.new_tokens,
-                        decode_batch=decode_batch)
+            handle.send(
+                "build",
+                model=model,
+                mode=mode,
+                scale=a.scale,
+                warmup=a.warmup,
+                new_tokens=a.new_tokens,
+                decode_batch=decode_batch,
+            )
         replies = {label: handle.receive() for label, handle in self.handles.items()}
         built = {label: r for label, r in replies.items() if r is not None and "error" not in r}
         shape = next(iter(built.values()), {})
-        errors = {label: (r or {}).get("error") or self.handles[label].failed for label, r in replies.items()
-                  if label not in built}
+        errors = {
+            label: (r or {}).get("error") or self.handles[label].failed
+            for label, r in replies.items()
+            if label not in built
+        }
         runs = 1 if mode == "decode" else a.steps
         for _ in range(a.rounds):
             for label in list(built):
@@ -283,15 +318,25 @@ class Run:
                 if answer is None or "error" in answer:
                     errors[label] = (answer or {}).get("error") or self.handles[label].failed
                     del built[label]
-        results = {label: self.handles[label].ask("finish", profile_runs=a.profile_runs if a.profile else 0)
-                   for label in built}
+        results = {
+            label: self.handles[label].ask("finish", profile_runs=a.profile_runs if a.profile else 0) for label in built
+        }
         for label, result in results.items():
             if result is None or "error" in result:
                 errors[label] = (result or {}).get("error") or self.handles[label].failed
-        results = {label: {**r, "parameter_tensors": built[label]["parameter_tensors"]} for label, r in results.items()
-                   if label not in errors}
-        case = {"model": model, "mode": mode if mode != "decode" else f"decode-b{decode_batch}", "shape": shape,
-                "sides": results, "failed": errors, "flagos": {}}
+        results = {
+            label: {**r, "parameter_tensors": built[label]["parameter_tensors"]}
+            for label, r in results.items()
+            if label not in errors
+        }
+        case = {
+            "model": model,
+            "mode": mode if mode != "decode" else f"decode-b{decode_batch}",
+            "shape": shape,
+            "sides": results,
+            "failed": errors,
+            "flagos": {},
+        }
         plain = results.get("plain")
         for variant in a.variants:
             mine = results.get(f"flagos {variant}")
@@ -300,8 +345,11 @@ class Run:
             ok, how = compare(mine, plain, mode, exact=a.host, warmup=a.warmup)
             untied = mine["parameter_tensors"] - shape["cpu_parameter_tensors"]
             how += f" ({untied} untied)" if untied else ""
-            case["flagos"][variant] = {"ratio": round(plain["ms_per_run"] / mine["ms_per_run"], 4), "agree": ok,
-                                       "how": how}
+            case["flagos"][variant] = {
+                "ratio": round(plain["ms_per_run"] / mine["ms_per_run"], 4),
+                "agree": ok,
+                "how": how,
+            }
         return case
 
     def close(self) -> None:
@@ -339,32 +387,43 @@ def row(c: dict, variants: list[str]) -> str:
     cells = []
     for v in variants:
         r = c["flagos"].get(v)
-        cells.append("FAILED (below)" if f"flagos {v}" in c["failed"] else "-" if r is None else
-                     f"{r['ratio']:.3f}x {'' if r['agree'] else 'DIFFER: '}{r['how']}")
+        cells.append(
+            "FAILED (below)"
+            if f"flagos {v}" in c["failed"]
+            else "-"
+            if r is None
+            else f"{r['ratio']:.3f}x {'' if r['agree'] else 'DIFFER: '}{r['how']}"
+        )
     params = count(c["shape"]["parameters"]) if c["shape"] else "-"
     return f"{c['model']:10s}{c['mode']:11s}{params:>9s}  {describe(c):16s}{rate(c):>14s}" + "".join(
-        f"  {cell:>34s}" for cell in cells)
+        f"  {cell:>34s}" for cell in cells
+    )
 
 
 def columns(variants: list[str]) -> str:
     return f"{'model':10s}{'mode':11s}{'params':>9s}  {'shape':16s}{'plain':>14s}" + "".join(
-        f"  {'flagos ' + v:>34s}" for v in variants)
+        f"  {'flagos ' + v:>34s}" for v in variants
+    )
 
 
 def closing(cases: list[dict]) -> str:
     """What follows the rows: how to read them, and every failure in full."""
-    lines = ["flagos columns: throughput against plain (plain time / flagos time; above 1: flagos faster), "
-             "then the agreement check"]
+    lines = [
+        "flagos columns: throughput against plain (plain time / flagos time; above 1: flagos faster), "
+        "then the agreement check"
+    ]
     lines += [f"FAILED {c['model']} {c['mode']} on {label}: {why}" for c in cases for label, why in c["failed"].items()]
     return "\n".join(lines)
 
 
 def header(args: argparse.Namespace, info: dict[str, dict]) -> str:
     plain, flagos = info["plain"], next(v for k, v in info.items() if k != "plain")
-    return (f"model zoo: {'host sizes, fp32' if args.host else 'board sizes, bf16'}, backing {plain['backing']}, "
-            f"platform {flagos.get('platform')}, torch {plain['torch']}, transformers {plain['transformers']}; "
-            f"medians of {args.rounds} interleaved rounds ({args.steps} runs each; decode: 1 generate of "
-            f"{args.new_tokens} tokens per round)")
+    return (
+        f"model zoo: {'host sizes, fp32' if args.host else 'board sizes, bf16'}, backing {plain['backing']}, "
+        f"platform {flagos.get('platform')}, torch {plain['torch']}, transformers {plain['transformers']}; "
+        f"medians of {args.rounds} interleaved rounds ({args.steps} runs each; decode: 1 generate of "
+        f"{args.new_tokens} tokens per round)"
+    )
 
 
 def save(args: argparse.Namespace, info: dict[str, dict], cases: list[dict], profiles: dict[str, dict]) -> bool:
@@ -380,12 +439,18 @@ def save(args: argparse.Namespace, info: dict[str, dict], cases: list[dict], pro
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--host", action="store_true", help="host sizes, fp32, flagos (host_ref) against the CPU "
-                        "(the default where CUDA is absent)")
+    parser.add_argument(
+        "--host",
+        action="store_true",
+        help="host sizes, fp32, flagos (host_ref) against the CPU (the default where CUDA is absent)",
+    )
     parser.add_argument("--models", help="comma-separated architectures (default: all)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated of {', '.join(MODES)}")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="flagos sides: tuned (routes.yaml), "
-                        "native-only (empty route table)")
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="flagos sides: tuned (routes.yaml), native-only (empty route table)",
+    )
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every training and prefill batch")
     parser.add_argument("--decode-batch", default="1,8", help="comma-separated decode batch sizes")
     parser.add_argument("--new-tokens", type=int, help="tokens generated per decode run (board 64, host 8)")
@@ -434,6 +499,7 @@ def main() -> None:
             run.close()
     print(closing(cases))
     sys.exit(0 if all_agree else 1)
+
 
 if __name__ == "__main__":
     main()

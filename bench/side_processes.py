@@ -10,6 +10,7 @@ whose process dies (a kernel that faults the device) is marked failed; the other
 
 This module imports torch and the standard library only: plain sides import it too.
 """
+
 from __future__ import annotations
 
 import json
@@ -118,7 +119,7 @@ class Side:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             if line.startswith(MARK):
-                return json.loads(line[len(MARK):])
+                return json.loads(line[len(MARK) :])
         code = self.proc.wait()
         tail = " | ".join(self.log.read_text(errors="replace").strip().splitlines()[-4:])
         self.failed = f"exit {code}: {tail[-600:]}"

@@ -31,6 +31,7 @@ memory, the calls of one step per route path; then the throughput ratios and whe
 per-step losses agree with its plain reference (exit status 1 if one does not).
 --profile OUT writes each side's top 30 ops by total host (CPU-side) time over a few steps.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,7 +49,18 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the helpers beside this script, however it is started
 from side_processes import (  # noqa: E402
-    EMPTY_TABLE, VARIANTS, Side, Variant, agreement, calls_by_path, device_api, fmt, mib, profile, reply, serve,
+    EMPTY_TABLE,
+    VARIANTS,
+    Side,
+    Variant,
+    agreement,
+    calls_by_path,
+    device_api,
+    fmt,
+    mib,
+    profile,
+    reply,
+    serve,
     side_env,
 )
 
@@ -122,7 +134,9 @@ class SideRunner:
         enqueue_ms, device_ms = [], []
         for _ in range(max(1, min(self.args.steps, 5))):
             self.sync()
-            begin, end = (self.event(enable_timing=True), self.event(enable_timing=True)) if self.event else (None, None)
+            begin, end = (
+                (self.event(enable_timing=True), self.event(enable_timing=True)) if self.event else (None, None)
+            )
             if begin is not None:
                 begin.record()
             start = time.perf_counter()
@@ -167,8 +181,18 @@ class SideRunner:
 def start_side(side: str, variant: str, args: argparse.Namespace, device: str, scratch: Path) -> Side:
     """A side's process, its workload built and warmed up."""
     command = [
-        sys.executable, __file__, "--child", f"{side}:{variant}", "--device", device, "--steps", str(args.steps),
-        "--warmup", str(args.warmup), "--profile-steps", str(args.profile_steps),
+        sys.executable,
+        __file__,
+        "--child",
+        f"{side}:{variant}",
+        "--device",
+        device,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--profile-steps",
+        str(args.profile_steps),
     ]
     command += ["--config", args.config] if args.config else []
     command += ["--profile", "-"] if args.profile else []
@@ -225,22 +249,29 @@ def report(
         _, drift = agreement(sides["plain compiled"]["losses"], sides["plain eager"]["losses"], rtol)
         lines.append(f"for scale, plain compiled against plain eager: largest relative difference {drift:.2e}")
     steps = min(LOSSES_SHOWN, len(first["losses"]))
-    lines.append("first losses: " + "; ".join(
-        f"{label} " + " ".join(f"{x:.4f}" for x in s["losses"][:steps]) for label, s in sides.items()
-    ))
+    lines.append(
+        "first losses: "
+        + "; ".join(f"{label} " + " ".join(f"{x:.4f}" for x in s["losses"][:steps]) for label, s in sides.items())
+    )
     # plain flaggems is a reference for FlagGems itself: its losses judge FlagGems, not flagos
     summary["all_agree"] = all(ok for key, ok in summary["losses_agree"].items() if key in variants) and not any(
-        label != "plain flaggems" for label in failed)
+        label != "plain flaggems" for label in failed
+    )
     summary["variants"] = variants
     return "\n".join(lines), summary
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", help="a config of torch_fl/workloads/decoder.py: tiny|small|large "
-                        "(default: tiny on the host, large on CUDA)")
-    parser.add_argument("--variants", help=f"comma-separated flagos variants of {', '.join(VARIANTS)} "
-                        "(default: native-only on the host, all on CUDA)")
+    parser.add_argument(
+        "--config",
+        help="a config of torch_fl/workloads/decoder.py: tiny|small|large (default: tiny on the host, large on CUDA)",
+    )
+    parser.add_argument(
+        "--variants",
+        help=f"comma-separated flagos variants of {', '.join(VARIANTS)} "
+        "(default: native-only on the host, all on CUDA)",
+    )
     parser.add_argument("--steps", type=int, default=10, help="timed back-to-back steps per round")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per side (their median counts)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation, autotuning)")
@@ -287,7 +318,9 @@ def main() -> None:
         results = {label: handle.ask("finish") for label, handle in handles.items()}
     order = ["plain eager", "plain compiled", "plain flaggems"] + [f"flagos {v}" for v in variants]
     sides = {label: results[label] for label in order if results.get(label) is not None}
-    failed = {label: handles[label].failed or "no result" for label in order if label in handles and results[label] is None}
+    failed = {
+        label: handles[label].failed or "no result" for label in order if label in handles and results[label] is None
+    }
     if "plain eager" not in sides:
         sys.exit(f"the plain side failed: {failed.get('plain eager')}")
     text, summary = report(sides, failed, variants, LOSS_RTOL[backing], judged_steps=args.warmup)
@@ -295,7 +328,9 @@ def main() -> None:
     print(f"platform {probe['platform']} (conformance record: {probe['gate']})")
     print(text)
     if args.profile:
-        Path(args.profile).write_text(json.dumps({k: s.pop("profile", None) for k, s in sides.items()}, indent=1) + "\n")
+        Path(args.profile).write_text(
+            json.dumps({k: s.pop("profile", None) for k, s in sides.items()}, indent=1) + "\n"
+        )
         print(f"host-time profiles written to {args.profile}")
     if args.json:
         Path(args.json).write_text(json.dumps({"sides": sides, **summary}, indent=1) + "\n")

@@ -3,6 +3,7 @@
 Every check returns a list of problems (strings that say what was wrong, where); an empty list
 means the check passed. Nothing here raises on a mismatch, so one case can report all it found.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ import torch
 from torch._prims_common import check_significant_strides
 
 from torch_fl.numerics import tolerances
+
 
 def _describe_mismatch(actual: torch.Tensor, expected: torch.Tensor, bad: torch.Tensor) -> str:
     count = int(bad.sum())
@@ -62,16 +64,27 @@ def compare_value(actual: Any, expected: Any, dtype: torch.dtype, reduce: int = 
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             return f"got {type(actual).__name__}, expected a tensor"
-        return compare_tensor(actual, expected, dtype if expected.dtype.is_floating_point or expected.dtype.is_complex else expected.dtype, reduce)
+        return compare_tensor(
+            actual,
+            expected,
+            dtype if expected.dtype.is_floating_point or expected.dtype.is_complex else expected.dtype,
+            reduce,
+        )
     if isinstance(actual, torch.Tensor):
         return f"got a tensor, expected {type(expected).__name__}"
     if isinstance(expected, float) and isinstance(actual, (int, float)):
         if math.isnan(expected) and math.isnan(actual):
             return None
         rtol, atol = tolerances(dtype, reduce) or (0.0, 0.0)
-        return None if abs(actual - expected) <= atol + rtol * abs(expected) else f"got {actual!r}, expected {expected!r}"
+        return (
+            None if abs(actual - expected) <= atol + rtol * abs(expected) else f"got {actual!r}, expected {expected!r}"
+        )
     if isinstance(expected, complex) and isinstance(actual, complex):
-        return None if abs(actual - expected) <= 1e-4 * max(1.0, abs(expected)) else f"got {actual!r}, expected {expected!r}"
+        return (
+            None
+            if abs(actual - expected) <= 1e-4 * max(1.0, abs(expected))
+            else f"got {actual!r}, expected {expected!r}"
+        )
     try:
         same = bool(actual == expected)
     except Exception:  # incomparable objects: report their types

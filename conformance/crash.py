@@ -4,6 +4,7 @@ The dead worker left its in-flight marker (which case, when it started, its time
 trace goes) and, unless it was killed from outside, a faulthandler trace: "Timeout (0:00:05)!"
 from the watchdog, or "Fatal Python error: Segmentation fault" from a fatal signal.
 """
+
 from __future__ import annotations
 
 import json
@@ -103,7 +104,11 @@ def diagnose(run_dir: Path, worker: str, nodeid: str) -> dict[str, Any] | None:
     else:
         status = "crashed"
         fatal = _fatal_line(trace)
-        message = f"the worker process died ({fatal})" if fatal else "the worker process died without a Python trace (killed, or exit() in a kernel)"
+        message = (
+            f"the worker process died ({fatal})"
+            if fatal
+            else "the worker process died without a Python trace (killed, or exit() in a kernel)"
+        )
     if frame:
         message += f" in {frame}"
     case = marker["case"]

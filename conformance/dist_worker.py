@@ -6,6 +6,7 @@ CUDA one). Each check's outcome goes to OUT as JSON: {"checks": {name: null | "w
 The reference for training is the same model trained without distribution on the global batch,
 on flagos, in the same process: data parallelism and sharding must not change the numbers.
 """
+
 from __future__ import annotations
 
 import json
@@ -95,7 +96,9 @@ def check_ddp(rank: int, world: int, device: str, tol: float) -> str | None:
     assert next(model.parameters()).device.type == "flagos", "DDP moved the parameters off flagos"
     _close(losses, ref_losses, tol)
     for p, r in zip(model.parameters(), ref_params):
-        torch.testing.assert_close(p.detach().cpu(), r, rtol=tol, atol=tol, msg="parameters differ from undistributed training")
+        torch.testing.assert_close(
+            p.detach().cpu(), r, rtol=tol, atol=tol, msg="parameters differ from undistributed training"
+        )
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     everyone = [torch.empty_like(flat) for _ in range(world)]
     dist.all_gather(everyone, flat)

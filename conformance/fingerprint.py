@@ -3,6 +3,7 @@
 It covers the failure kind (status), the op, and the message with everything incidental removed:
 numbers (indices, values, sizes, line numbers), addresses, dtype names and file paths.
 """
+
 from __future__ import annotations
 
 import hashlib

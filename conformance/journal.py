@@ -9,6 +9,7 @@ entry being written (a partial last line is ignored by readers). Entry kinds:
 - `case`: one conformance case (the record's Case fields, plus `item`, the pytest node id);
 - `item`: a pytest item finished every case it had (`--resume` does not run it again).
 """
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@
 Every child gets a deadline and is killed past it, so a hung collective fails its case instead of
 holding the worker until the case watchdog ends the whole worker.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,11 @@ def run_ranks(module: str, case: str, world: int, timeout: float) -> list[dict[s
         procs = [
             subprocess.Popen(
                 [sys.executable, "-m", module, case, str(r), str(world), init_file, outs[r]],
-                env=child_env({}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp,
+                env=child_env({}),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd=tmp,
             )
             for r in range(world)
         ]
@@ -46,7 +51,9 @@ def run_ranks(module: str, case: str, world: int, timeout: float) -> list[dict[s
                 try:
                     logs[r] = p.communicate(timeout=timeout)[0]
                 except subprocess.TimeoutExpired:
-                    raise AssertionError(f"rank {r} of {case} did not finish within {timeout:g} s (a hung collective?)") from None
+                    raise AssertionError(
+                        f"rank {r} of {case} did not finish within {timeout:g} s (a hung collective?)"
+                    ) from None
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -66,7 +73,12 @@ def run_script(path: Path, args: list[str], env: dict[str, str | None], timeout:
     with tempfile.TemporaryDirectory(prefix="flagos-ref-") as tmp:
         out = os.path.join(tmp, "out.json")
         proc = subprocess.run(
-            [sys.executable, str(path), *args, out], env=child_env(env), capture_output=True, text=True, timeout=timeout, cwd=tmp
+            [sys.executable, str(path), *args, out],
+            env=child_env(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=tmp,
         )
         if proc.returncode != 0 or not os.path.exists(out):
             tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])

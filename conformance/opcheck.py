@@ -6,6 +6,7 @@ the in-place variant on a fresh copy, and `out=` with correctly shaped outputs. 
 compares a flagos run with the reference (values), with the baseline (dtype, shape, strides,
 aliasing), and checks the in-place and `out=` contracts (same object, same storage, written).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
+
 from torch_fl.conformance import compare
 from torch_fl.numerics import reduction_length, reference_dtype
 
@@ -265,7 +267,9 @@ def _run_inplace(opinfo: Any, variant: Variant, make: Callable[[], Any], seed: i
     return part
 
 
-def _run_out(opinfo: Any, make: Callable[[], Any], forward: list[torch.Tensor], single: bool, seed: int, quiet: Callable[[], Any]) -> Part:
+def _run_out(
+    opinfo: Any, make: Callable[[], Any], forward: list[torch.Tensor], single: bool, seed: int, quiet: Callable[[], Any]
+) -> Part:
     part = Part()
     try:
         inp, args, kwargs = make()
@@ -276,7 +280,9 @@ def _run_out(opinfo: Any, make: Callable[[], Any], forward: list[torch.Tensor], 
         with _seeded(seed), torch.no_grad():
             returned = opinfo(inp, *args, **kwargs, out=outs[0] if single else tuple(outs))
         with quiet():
-            unwritten = [k for k, (o, f) in enumerate(zip(outs, forward)) if _sentinel_only(o) and not _sentinel_only(f)]
+            unwritten = [
+                k for k, (o, f) in enumerate(zip(outs, forward)) if _sentinel_only(o) and not _sentinel_only(f)
+            ]
         if unwritten:
             # An error, not a value mismatch: where the CPU baseline leaves out= unwritten too (a
             # composite out= overload under a dispatch mode, in PyTorch itself) the part does not apply.
@@ -366,7 +372,9 @@ def compare_part(actual: Part, expected: Part, dtypes: list[torch.dtype], reduce
         if a is None and e is None:
             continue
         if (a is None) != (e is None):
-            problems.append(f"result {k} is {'missing' if a is None else 'present'}, expected {'present' if a is None else 'none'}")
+            problems.append(
+                f"result {k} is {'missing' if a is None else 'present'}, expected {'present' if a is None else 'none'}"
+            )
             continue
         dtype = dtypes[k] if k < len(dtypes) else torch.float32
         why = compare.compare_value(a, e, dtype, reduce)

@@ -5,6 +5,7 @@ import pulls `expecttest` (a test-only package) for a TestCase base class the op
 uses. GPU boards often cannot install packages, so when it is missing a minimal stand-in module
 is registered before the import; with expecttest installed nothing is replaced.
 """
+
 from __future__ import annotations
 
 import functools

@@ -14,6 +14,7 @@ Two roles, as pytest-xdist splits a run:
 Without xdist one process plays both roles (no crash recovery then; `torch-fl conformance run`
 always uses at least one worker).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from torch_fl.conformance import crash, journal, recordfile, summary
 from torch_fl.conformance.progress import Progress
 from torch_fl.conformance.recorder import CaseInfo, Recorder
@@ -45,21 +47,34 @@ WARMUP_PATHS = frozenset({"flaggems"})
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("torch-fl conformance")
     group.addoption("--fl-platform", default=None, help="Platform under test (enables the plugin).")
-    group.addoption("--fl-record", default=None,
-                    help="The record (torch-<line>.json); the journal and run folder are beside it.")
+    group.addoption(
+        "--fl-record", default=None, help="The record (torch-<line>.json); the journal and run folder are beside it."
+    )
     group.addoption("--fl-output", default=None, help="Where the completed run's record goes (default: --fl-record).")
-    group.addoption("--fl-parent-pid", type=int, default=None,
-                    help="End the run (this process's group, which it must lead) when that process ends.")
+    group.addoption(
+        "--fl-parent-pid",
+        type=int,
+        default=None,
+        help="End the run (this process's group, which it must lead) when that process ends.",
+    )
     group.addoption("--fl-paths", default="", help="Comma-separated route paths to exercise (default: all).")
     group.addoption("--fl-suites", default="", help="Suites selected (recorded in the run's selection).")
     group.addoption("--fl-samples", type=int, default=2, help="Samples per OpInfo x dtype.")
-    group.addoption("--fl-sweep", default="all", choices=SWEEP_SCOPES,
-                    help="Ops the sweep suite sweeps: all a gated path implements, or those the route table routes.")
+    group.addoption(
+        "--fl-sweep",
+        default="all",
+        choices=SWEEP_SCOPES,
+        help="Ops the sweep suite sweeps: all a gated path implements, or those the route table routes.",
+    )
     group.addoption("--fl-case-timeout", type=float, default=60.0, help="Seconds one case may take.")
     group.addoption("--fl-item-timeout", type=float, default=600.0, help="Seconds an item may spend outside its cases.")
-    group.addoption("--fl-warmup-timeout", type=float, default=900.0, help="Seconds for the first call of a compiling path.")
+    group.addoption(
+        "--fl-warmup-timeout", type=float, default=900.0, help="Seconds for the first call of a compiling path."
+    )
     group.addoption("--fl-resume", action="store_true", default=False, help="Continue the run in the journal.")
-    group.addoption("--fl-add", action="store_true", default=False, help="Add the cases to the existing complete record.")
+    group.addoption(
+        "--fl-add", action="store_true", default=False, help="Add the cases to the existing complete record."
+    )
     group.addoption("--fl-quiet", action="store_true", default=False, help="No progress display.")
 
 
@@ -213,8 +228,16 @@ class Controller:
         if entry is None:
             message = "the worker process died outside any case (no in-flight marker)"
             entry = {
-                "kind": "case", "id": item_case_id(crashitem), "suite": _suite_of(crashitem), "op": None, "dtype": None,
-                "path": None, "status": "crashed", "message": message, "duration_s": 0.0, "item": crashitem,
+                "kind": "case",
+                "id": item_case_id(crashitem),
+                "suite": _suite_of(crashitem),
+                "op": None,
+                "dtype": None,
+                "path": None,
+                "status": "crashed",
+                "message": message,
+                "duration_s": 0.0,
+                "item": crashitem,
                 "item_level": True,
             }
             from torch_fl.conformance.fingerprint import fingerprint
@@ -271,8 +294,16 @@ class Controller:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         wall = time.monotonic() - self.session_started
         complete = int(exitstatus) in (0, 1, 5) and not session.shouldstop and not self._orphaned()
-        journal.append(self.journal_file, {"kind": "session", "finished": recordfile.now(), "wall_s": round(wall, 1),
-                                           "workers": self.workers, "exitstatus": int(exitstatus)})
+        journal.append(
+            self.journal_file,
+            {
+                "kind": "session",
+                "finished": recordfile.now(),
+                "wall_s": round(wall, 1),
+                "workers": self.workers,
+                "exitstatus": int(exitstatus),
+            },
+        )
         self.collector.feed(self.reader.new())
         total_wall = sum(s.get("wall_s", 0.0) for s in self.collector.sessions)
         cases = len(self.collector.cases)
@@ -352,8 +383,13 @@ class Worker:
             warmup_paths=WARMUP_PATHS,
         )
         paths = _paths(config)
-        self.session = Session(name, self.recorder, frozenset(paths) if paths else None, config.getoption("fl_samples"),
-                               sweep=config.getoption("fl_sweep"))
+        self.session = Session(
+            name,
+            self.recorder,
+            frozenset(paths) if paths else None,
+            config.getoption("fl_samples"),
+            sweep=config.getoption("fl_sweep"),
+        )
         self.session.descriptor = descriptor
         self.reports: list[pytest.TestReport] = []
         self._announced = False
@@ -374,7 +410,9 @@ class Worker:
             info["device"] = torch.cuda.get_device_name()
         journal.append(self.recorder.journal_file, info)
 
-    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         keep, drop = [], []
         for item in items:
             (drop if item.nodeid in self.done_items else keep).append(item)
@@ -386,7 +424,9 @@ class Worker:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
         marker = item.get_closest_marker("fl_case")
         meta = dict(marker.kwargs) if marker else {}
-        case = CaseInfo(item_case_id(item.nodeid), _suite_of(item.nodeid), meta.get("op"), meta.get("dtype"), meta.get("path"))
+        case = CaseInfo(
+            item_case_id(item.nodeid), _suite_of(item.nodeid), meta.get("op"), meta.get("dtype"), meta.get("path")
+        )
         limit = item.get_closest_marker("fl_timeout")
         self.reports = []
         self.recorder.begin_item(item.nodeid, case, float(limit.args[0]) if limit else None)

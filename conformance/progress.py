@@ -1,4 +1,5 @@
 """Progress on stderr: a rich progress bar on a terminal, a count line now and then elsewhere (CI logs)."""
+
 from __future__ import annotations
 
 import sys
@@ -62,7 +63,11 @@ class Progress:
         now = time.monotonic()
         if force or now - self._last_line >= PLAIN_EVERY_S:
             self._last_line = now
-            print(f"conformance {self.platform}: {self.done}/{self.total} items; cases: {self._counts()}", file=sys.stderr, flush=True)
+            print(
+                f"conformance {self.platform}: {self.done}/{self.total} items; cases: {self._counts()}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def update(self, items_done: int, statuses: Counter[str]) -> None:
         self.done = items_done

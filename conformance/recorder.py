@@ -9,6 +9,7 @@ into the case's `timeout` or `crashed` entry. A segfault takes the same path (fa
 the fatal-signal trace to the same file). Markers are per worker, so the controller finds the
 one of the worker xdist says died.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -23,14 +24,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from torch_fl.conformance import journal
 from torch_fl.conformance.fingerprint import fingerprint
 from torch_fl.platform.record import FAILING
 
 # Errors after which a CUDA context is unusable: every later case in the process would fail too.
 STICKY_ERRORS = (
-    "illegal memory access", "device-side assert", "unspecified launch failure", "misaligned address",
-    "CUDA error: an illegal instruction", "CUBLAS_STATUS_EXECUTION_FAILED", "uncorrectable ECC error",
+    "illegal memory access",
+    "device-side assert",
+    "unspecified launch failure",
+    "misaligned address",
+    "CUDA error: an illegal instruction",
+    "CUBLAS_STATUS_EXECUTION_FAILED",
+    "uncorrectable ECC error",
 )
 
 
@@ -92,10 +99,17 @@ class CaseInfo:
             return [whole]
         out = []
         for key, (status, message) in self.by_key.items():
-            out.append({
-                **whole, "id": f"{self.id}/{key}", "keys": [key], "status": status, "message": message,
-                "fingerprint": fingerprint(status, self.op, message) if status != "passed" else None, "run": self.id,
-            })
+            out.append(
+                {
+                    **whole,
+                    "id": f"{self.id}/{key}",
+                    "keys": [key],
+                    "status": status,
+                    "message": message,
+                    "fingerprint": fingerprint(status, self.op, message) if status != "passed" else None,
+                    "run": self.id,
+                }
+            )
         return out
 
 
@@ -165,16 +179,28 @@ class Recorder:
         return case_id in self.done_cases
 
     # ---- in-flight marker and watchdog
-    def _mark(self, case: CaseInfo, timeout: float, item_level: bool = False, since: float | None = None,
-              limit: float | None = None) -> None:
+    def _mark(
+        self,
+        case: CaseInfo,
+        timeout: float,
+        item_level: bool = False,
+        since: float | None = None,
+        limit: float | None = None,
+    ) -> None:
         """Point the marker at `case` and arm the watchdog for `timeout` s; a re-mark within a case
         keeps the case's start (`since`) and limit, which the report of a hang states."""
         assert self.item is not None
         marker = {
             "item": self.item,
             # the key of the call in flight: a kernel that kills the process is charged with that key
-            "case": {"id": case.id, "suite": case.suite, "op": case.op, "dtype": case.dtype, "path": case.path,
-                     "keys": list(case.keys)[-1:]},
+            "case": {
+                "id": case.id,
+                "suite": case.suite,
+                "op": case.op,
+                "dtype": case.dtype,
+                "path": case.path,
+                "keys": list(case.keys)[-1:],
+            },
             "item_level": item_level,
             "started": since if since is not None else time.time(),
             "timeout": limit if limit is not None else timeout,

@@ -6,6 +6,7 @@ Every case goes to the evidence file beside it, which is written first: a record
 evidence that is not there. A case id seen twice (a re-run after a crash, a resumed run) keeps
 its last entry.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -107,7 +108,11 @@ def _table(cases: Iterable[dict[str, Any]], key: str) -> dict[str, dict[str, Any
         name = case.get(key) or "-"
         groups.setdefault(name, Counter())[case["status"]] += 1
     return {
-        name: {**{s: counts[s] for s in STATUSES if counts[s]}, "total": sum(counts.values()), "pass_rate": _rate(counts)}
+        name: {
+            **{s: counts[s] for s in STATUSES if counts[s]},
+            "total": sum(counts.values()),
+            "pass_rate": _rate(counts),
+        }
         for name, counts in sorted(groups.items())
     }
 
@@ -125,7 +130,14 @@ def summarize(cases: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         f = failures.setdefault(
             c.get("fingerprint") or c["id"],
-            {"fingerprint": c.get("fingerprint"), "status": c["status"], "op": c.get("op"), "count": 0, "example": c["id"], "message": c.get("message", "")},
+            {
+                "fingerprint": c.get("fingerprint"),
+                "status": c["status"],
+                "op": c.get("op"),
+                "count": 0,
+                "example": c["id"],
+                "message": c.get("message", ""),
+            },
         )
         f["count"] += 1
     return {
@@ -145,8 +157,11 @@ def summarize(cases: list[dict[str, Any]]) -> dict[str, Any]:
         },
         "distinct_failures": len(failures),
         # ops a gated path implements that the sweep suite has no generator for (only OpInfo proves them)
-        "not_swept": sorted(f"{c.get('op')} on {c.get('path')}: {c.get('message', '')}" for c in cases
-                            if c["suite"] == "sweep" and c["id"].endswith("/not-swept")),
+        "not_swept": sorted(
+            f"{c.get('op')} on {c.get('path')}: {c.get('message', '')}"
+            for c in cases
+            if c["suite"] == "sweep" and c["id"].endswith("/not-swept")
+        ),
         "failure_groups": sorted(failures.values(), key=lambda f: (-f["count"], f["example"]))[:MAX_FAILURES],
     }
 
@@ -181,7 +196,9 @@ def build(
     return record, cases
 
 
-def write_cases(path: Path, header: dict[str, Any], cases: Iterable[dict[str, Any]], complete: bool = True) -> dict[str, Any]:
+def write_cases(
+    path: Path, header: dict[str, Any], cases: Iterable[dict[str, Any]], complete: bool = True
+) -> dict[str, Any]:
     """Write the record of a run whose header and cases are given (tools and tests that make records
     without running the suites); returns the record as written."""
     collector = Collector()
@@ -198,7 +215,11 @@ def write(path: Path, record: dict[str, Any], cases: list[dict[str, Any]]) -> No
     write_atomically(evidence_file, evidence)
     record = {
         **record,
-        "evidence": {"file": evidence_file.name, "sha256": "sha256:" + hashlib.sha256(evidence).hexdigest(), "cases": len(cases)},
+        "evidence": {
+            "file": evidence_file.name,
+            "sha256": "sha256:" + hashlib.sha256(evidence).hexdigest(),
+            "cases": len(cases),
+        },
     }
     record["checksum"] = checksum(record)
     Record.model_validate(record)

@@ -10,6 +10,7 @@ a complete record only by a full run or by `--add`: a subset run writes `torch-<
 beside it instead. The pytest process and everything it starts form a process group of their own
 that ends with this process, however it ends.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -30,11 +31,33 @@ from torch_fl.conformance.summary import summary_path
 from torch_fl.filelock import hold
 
 SUITES: tuple[str, ...] = (
-    "ops", "sweep", "amp", "rng", "ddp", "fsdp2", "compile", "profiler", "sharing", "sparse", "model", "workload",
+    "ops",
+    "sweep",
+    "amp",
+    "rng",
+    "ddp",
+    "fsdp2",
+    "compile",
+    "profiler",
+    "sharing",
+    "sparse",
+    "model",
+    "workload",
 )
 """Every suite, in the order they run (the short ones first, so their results show early)."""
 RUN_ORDER: tuple[str, ...] = (
-    "rng", "amp", "profiler", "sharing", "sparse", "ddp", "fsdp2", "compile", "model", "workload", "sweep", "ops",
+    "rng",
+    "amp",
+    "profiler",
+    "sharing",
+    "sparse",
+    "ddp",
+    "fsdp2",
+    "compile",
+    "model",
+    "workload",
+    "sweep",
+    "ops",
 )
 PATHS: tuple[str, ...] = ("native", "flaggems", "vendor", "emulated", "cpu")
 _SCRUBBED_PREFIXES = ("FLAGOS_ROUTE_",)
@@ -44,6 +67,7 @@ SWEEP_SCOPES = ("all", "routed")
 route table can send off native (a non-native candidate before native, or a tuned bucket). With
 `routed`, the other ops' routes are proven at the ops suite's sizes only, so their larger calls run
 native: a board with hundreds of FlagGems kernels sweeps what its table uses in minutes."""
+
 
 @dataclass
 class RunOptions:
@@ -111,7 +135,9 @@ def validate(options: RunOptions) -> None:
     if options.workers != "auto" and (not str(options.workers).isdigit() or int(options.workers) < 1):
         raise ValueError("-n takes 'auto' or a number of workers >= 1 (a worker is what survives a crashing kernel)")
     if options.add and options.resume:
-        raise ValueError("--add and --resume cannot be combined: an interrupted --add run leaves the record as it was; run it again")
+        raise ValueError(
+            "--add and --resume cannot be combined: an interrupted --add run leaves the record as it was; run it again"
+        )
 
 
 def check_addable(platform: str, record_file: Path) -> None:
@@ -131,15 +157,19 @@ def check_addable(platform: str, record_file: Path) -> None:
     from torch_fl.platform.record import Binding, binding_differences
 
     if record.get("platform") != expected["platform"]:
-        raise ValueError(f"--add: {record_file} is a record of platform {record.get('platform')!r}; "
-                         "run the whole conformance without --add")
+        raise ValueError(
+            f"--add: {record_file} is a record of platform {record.get('platform')!r}; "
+            "run the whole conformance without --add"
+        )
     try:
         differences = binding_differences(Binding.model_validate(record.get("binding")), Binding(**expected["binding"]))
     except ValueError as exc:
         differences = [f"its binding is unreadable ({str(exc)[:200]})"]
     if differences:
-        raise ValueError(f"--add: {record_file} was made for another checkout or machine: {'; '.join(differences)}; "
-                         "run the whole conformance without --add")
+        raise ValueError(
+            f"--add: {record_file} was made for another checkout or machine: {'; '.join(differences)}; "
+            "run the whole conformance without --add"
+        )
 
 
 def resume_selection(options: RunOptions, record_file: Path) -> RunOptions:
@@ -147,8 +177,10 @@ def resume_selection(options: RunOptions, record_file: Path) -> RunOptions:
     path = journal.journal_path(record_file)
     header = journal.header(path)
     if header is None:
-        raise ValueError(f"--resume: there is no journal of an interrupted run to continue ({path} is missing or has "
-                         "no run header); run without --resume to start a fresh run")
+        raise ValueError(
+            f"--resume: there is no journal of an interrupted run to continue ({path} is missing or has "
+            "no run header); run without --resume to start a fresh run"
+        )
     chosen = header.get("selection", {})
     for key, given, stored in (
         ("suites", options.suites, chosen.get("suites")),
@@ -197,23 +229,69 @@ def pytest_command(options: RunOptions, record_file: Path, ini: Path, output: Pa
     suites = [s for s in RUN_ORDER if s in (options.suites or SUITES)]
     item_timeout = max(600.0, 10 * options.timeout)
     argv = [
-        sys.executable, "-m", "pytest", *[suite_file(s) for s in suites],
-        "-c", str(ini), "--rootdir", str(Path(suite_file("ops")).parent),
+        sys.executable,
+        "-m",
+        "pytest",
+        *[suite_file(s) for s in suites],
+        "-c",
+        str(ini),
+        "--rootdir",
+        str(Path(suite_file("ops")).parent),
         # Plugin autoloading is off (see subprocess_env): exactly these plugins run, whatever else is installed.
-        "-p", "torch_fl.conformance.plugin", "-p", "xdist.plugin", "-p", "pytest_timeout",
-        "-p", "no:cacheprovider", "-p", "no:faulthandler",
-        "-n", str(options.workers), "--dist", "load", "--max-worker-restart", "100000",
+        "-p",
+        "torch_fl.conformance.plugin",
+        "-p",
+        "xdist.plugin",
+        "-p",
+        "pytest_timeout",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:faulthandler",
+        "-n",
+        str(options.workers),
+        "--dist",
+        "load",
+        "--max-worker-restart",
+        "100000",
         # pytest-timeout is the backstop; the plugin's own watchdog ends a case first (and a GIL-holding one too).
-        "--timeout", str(int(item_timeout * 3)), "--timeout-method", "thread",
+        "--timeout",
+        str(int(item_timeout * 3)),
+        "--timeout-method",
+        "thread",
         # Suite files are named on the command line, so they are collected whatever python_files says
         # (and python_files must stay narrow: pytest rewrites the assertions of every module it matches).
-        "-o", "python_functions=test_*", "-o", "python_classes=Test*",
-        "-q", "-rfE", "--tb=short", "-W", "ignore::UserWarning",
-        "--fl-platform", options.platform, "--fl-record", str(record_file), "--fl-output", str(output),
-        "--fl-parent-pid", str(os.getpid()),
-        "--fl-suites", ",".join(suites), "--fl-paths", ",".join(options.paths or []),
-        "--fl-samples", str(options.samples), "--fl-sweep", options.sweep, "--fl-case-timeout", str(options.timeout),
-        "--fl-item-timeout", str(item_timeout), "--fl-warmup-timeout", str(max(options.timeout, options.warmup_timeout)),
+        "-o",
+        "python_functions=test_*",
+        "-o",
+        "python_classes=Test*",
+        "-q",
+        "-rfE",
+        "--tb=short",
+        "-W",
+        "ignore::UserWarning",
+        "--fl-platform",
+        options.platform,
+        "--fl-record",
+        str(record_file),
+        "--fl-output",
+        str(output),
+        "--fl-parent-pid",
+        str(os.getpid()),
+        "--fl-suites",
+        ",".join(suites),
+        "--fl-paths",
+        ",".join(options.paths or []),
+        "--fl-samples",
+        str(options.samples),
+        "--fl-sweep",
+        options.sweep,
+        "--fl-case-timeout",
+        str(options.timeout),
+        "--fl-item-timeout",
+        str(item_timeout),
+        "--fl-warmup-timeout",
+        str(max(options.timeout, options.warmup_timeout)),
     ]
     if options.k:
         argv += ["-k", options.k]
@@ -240,8 +318,15 @@ def subprocess_env(platform: str) -> dict[str, str]:
 def _run_pytest(argv: list[str], platform: str, log: Any, quiet: bool, cwd: Path) -> int:
     """pytest in a process group of its own; the group is killed when this process is stopped
     (SIGTERM, SIGHUP, Ctrl-C); when it is killed outright, the plugin's watch of its parent ends it."""
-    proc = subprocess.Popen(argv, env=subprocess_env(platform), stdout=log, stderr=log if quiet else None,
-                            stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        env=subprocess_env(platform),
+        stdout=log,
+        stderr=log if quiet else None,
+        stdin=subprocess.DEVNULL,
+        cwd=cwd,
+        start_new_session=True,
+    )
     try:
         return proc.wait()
     except BaseException:
@@ -285,8 +370,9 @@ def run(options: RunOptions) -> RunOutcome:
                 record = json.loads(written.read_text())
             except json.JSONDecodeError:
                 record = None
-        outcome = RunOutcome(returncode, written, summary_path(written), log_file, wall, record, complete,
-                             output != record_file)
+        outcome = RunOutcome(
+            returncode, written, summary_path(written), log_file, wall, record, complete, output != record_file
+        )
         if complete:
             shutil.rmtree(folder, ignore_errors=True)  # the record says it all; the log only helps a failed start
     return outcome

@@ -5,6 +5,7 @@ with the reason instead of killing the run. Once active, every op the platform r
 to `native` for this process, so an unforced ("plain") run is the native route whatever the
 record or routes.yaml say, and forcing one op onto one path changes only that op.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -58,7 +59,9 @@ class Session:
                 r.set_route(op, ["native"])
             r.key_listener = self.recorder.note_key
         except Exception as exc:
-            self.activation_error = f"platform {self.platform_name!r} could not be activated: {type(exc).__name__}: {exc}"
+            self.activation_error = (
+                f"platform {self.platform_name!r} could not be activated: {type(exc).__name__}: {exc}"
+            )
             raise RuntimeError(self.activation_error) from exc
         self._active = True
 

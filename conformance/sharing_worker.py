@@ -1,6 +1,7 @@
 """The other process of the sharing suite: takes a flagos tensor from a torch.multiprocessing queue,
 adds one to it in place, and reports through `done` (started with 'spawn', so it activates the
 platform named by FLAGOS_PLATFORM, as the worker that sent the tensor did)."""
+
 from __future__ import annotations
 
 from typing import Any

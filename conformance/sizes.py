@@ -15,6 +15,7 @@ class of the gate key (torch_fl.routing.gatekey.SIZE_CLASSES: tiny <= 2^8, small
 Compute-heavy categories (matmul, attention, conv) run their size sweep in floating dtypes only;
 other dtypes get their layouts there. Every category gets every layout that applies to it.
 """
+
 from __future__ import annotations
 
 ELEMENTWISE_NUMELS: tuple[int, ...] = tuple(
@@ -24,14 +25,36 @@ ELEMENTWISE_NUMELS: tuple[int, ...] = tuple(
 SIZES: dict[str, tuple[tuple[int, ...], ...]] = {
     "elementwise": tuple((n,) for n in ELEMENTWISE_NUMELS),
     "reduction": ((1, 1), (3, 255), (1, 4097), (64, 1023), (2, 65536), (1, 65537), (4096, 33), (1025, 1025)),
-    "matmul": ((1, 1, 1), (17, 33, 65), (127, 129, 255), (127, 255, 511), (64, 64, 4096), (4096, 64, 64),
-               (64, 4096, 64), (4095, 17, 129), (4097, 65, 257)),
+    "matmul": (
+        (1, 1, 1),
+        (17, 33, 65),
+        (127, 129, 255),
+        (127, 255, 511),
+        (64, 64, 4096),
+        (4096, 64, 64),
+        (64, 4096, 64),
+        (4095, 17, 129),
+        (4097, 65, 257),
+    ),
     "norm": ((1, 1, 8), (1, 16, 64), (3, 17, 1023), (2, 128, 768), (1, 2048, 1024), (2, 1024, 1025)),
-    "attention": ((1, 1, 4, 64), (1, 2, 16, 64), (1, 2, 128, 64), (2, 2, 257, 128), (1, 2, 2048, 64),
-                  (1, 1, 2048, 128), (1, 9, 2048, 64)),
-    "conv": ((1, 1, 8, 8, 2, 3, 1, 1), (1, 3, 17, 17, 8, 3, 1, 1), (1, 16, 32, 32, 16, 3, 1, 1),
-             (1, 3, 224, 224, 64, 7, 2, 3), (2, 64, 56, 56, 64, 3, 1, 1), (2, 256, 14, 14, 512, 1, 1, 0),
-             (8, 64, 56, 56, 64, 3, 1, 1)),
+    "attention": (
+        (1, 1, 4, 64),
+        (1, 2, 16, 64),
+        (1, 2, 128, 64),
+        (2, 2, 257, 128),
+        (1, 2, 2048, 64),
+        (1, 1, 2048, 128),
+        (1, 9, 2048, 64),
+    ),
+    "conv": (
+        (1, 1, 8, 8, 2, 3, 1, 1),
+        (1, 3, 17, 17, 8, 3, 1, 1),
+        (1, 16, 32, 32, 16, 3, 1, 1),
+        (1, 3, 224, 224, 64, 7, 2, 3),
+        (2, 64, 56, 56, 64, 3, 1, 1),
+        (2, 256, 14, 14, 512, 1, 1, 0),
+        (8, 64, 56, 56, 64, 3, 1, 1),
+    ),
 }
 """Category -> the dims of each size case (see the module docstring for what the dims are). Each
 category reaches every size class with its largest tensor argument (the gate key's size)."""

@@ -1,4 +1,5 @@
 """The Markdown summary written next to the record: pass rates per suite and path, and the failures."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,9 +20,18 @@ def _pct(rate: float | None) -> str:
 
 
 def _table(title: str, rows: dict[str, dict[str, Any]]) -> list[str]:
-    lines = [f"### {title}", "", "| | " + " | ".join(STATUSES) + " | total | pass rate |", "|---" * (len(STATUSES) + 3) + "|"]
+    lines = [
+        f"### {title}",
+        "",
+        "| | " + " | ".join(STATUSES) + " | total | pass rate |",
+        "|---" * (len(STATUSES) + 3) + "|",
+    ]
     for name, row in rows.items():
-        lines.append(f"| {name} | " + " | ".join(str(row.get(s, 0)) for s in STATUSES) + f" | {row['total']} | {_pct(row['pass_rate'])} |")
+        lines.append(
+            f"| {name} | "
+            + " | ".join(str(row.get(s, 0)) for s in STATUSES)
+            + f" | {row['total']} | {_pct(row['pass_rate'])} |"
+        )
     return lines + [""]
 
 
@@ -99,8 +109,14 @@ def render(record: dict[str, Any]) -> str:
             lines.append(f"\n... and {len(failures) - MAX_LISTED} more in the record's failures.")
     not_swept = s.get("not_swept", [])
     if not_swept:
-        lines += ["", "## Not swept", "", f"{len(not_swept)} op x path pairs have no sweep generator (sizes, layouts "
-                  "and dtype mixes unchecked; only their OpInfo samples prove them):", ""]
+        lines += [
+            "",
+            "## Not swept",
+            "",
+            f"{len(not_swept)} op x path pairs have no sweep generator (sizes, layouts "
+            "and dtype mixes unchecked; only their OpInfo samples prove them):",
+            "",
+        ]
         lines += [f"- {_cell(line, 200)}" for line in not_swept[:MAX_LISTED]]
     return "\n".join(lines) + "\n"
 

@@ -3,6 +3,7 @@
 A call's tensors are planned once on the CPU (values, and the view that lays them out) and placed
 afresh for every run, so the native route and each path see the same inputs in the same layout.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
 from torch_fl.conformance import compare
 from torch_fl.conformance.sizes import GUARD
 from torch_fl.conformance.sweepgen import Call
@@ -38,14 +40,15 @@ def _values(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> t
     return (magnitude * sign).to(dtype)
 
 
-def plan_tensor(shape: tuple[int, ...], dtype: torch.dtype, layout: str | None, guarded: bool,
-                g: torch.Generator) -> tuple[Planned, bool]:
+def plan_tensor(
+    shape: tuple[int, ...], dtype: torch.dtype, layout: str | None, guarded: bool, g: torch.Generator
+) -> tuple[Planned, bool]:
     """The tensor of logical `shape` in `layout`; also whether the layout applied to it."""
     n = 1
     for s in shape:
         n *= s
     if guarded:
-        return Planned(_values((GUARD + n + GUARD,), dtype, g), lambda t: t[GUARD:GUARD + n].view(shape), True), False
+        return Planned(_values((GUARD + n + GUARD,), dtype, g), lambda t: t[GUARD : GUARD + n].view(shape), True), False
     if layout == "transposed" and len(shape) >= 2:
         swapped = shape[:-2] + (shape[-1], shape[-2])
         return Planned(_values(swapped, dtype, g), lambda t: t.transpose(-1, -2)), True
@@ -112,16 +115,18 @@ def with_outs(call: Call, outs: dict[str, Planned] | None) -> Call:
     return call if outs is None else Call(call.args, {**call.kwargs, **outs}, call.out_slots, call.inplace)
 
 
-def run_call(plan: Plan, outs: dict[str, Planned] | None, judge_inputs: bool,
-             route: Callable[[], Any] = contextlib.nullcontext) -> Observed:
+def run_call(
+    plan: Plan, outs: dict[str, Planned] | None, judge_inputs: bool, route: Callable[[], Any] = contextlib.nullcontext
+) -> Observed:
     """Call the overload on flagos with a fresh copy of the planned arguments, inside `route()`
     only (the copies and checks around it run on the native route)."""
     call = with_outs(plan.call, outs)
     args, kwargs, bases = Plan(call, plan.overload).place("flagos")
     targets = [args[0]] if call.inplace else [kwargs[name] for _, name in call.out_slots]
     target_ids = {id(t) for t in targets}
-    before_inputs = [(i, _bits(a)) for i, a in enumerate(args)
-                     if isinstance(a, torch.Tensor) and id(a) not in target_ids]
+    before_inputs = [
+        (i, _bits(a)) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and id(a) not in target_ids
+    ]
     before_bases = [(base, _bits(base)) for planned, base in bases if planned.guarded]
     storages = [t.untyped_storage().data_ptr() for t in targets]
     with route():

@@ -5,6 +5,7 @@ the compute-heavy families, from CATEGORY_BY_PACKET. Its arguments are filled by
 by role (name) from the category's dims, required numbers and flags by name; an argument nothing
 here knows how to fill makes the overload `not swept`, with that reason.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -14,12 +15,32 @@ from typing import Any
 import torch
 
 CATEGORY_BY_PACKET: dict[str, str] = {
-    **dict.fromkeys(("mm", "bmm", "addmm", "baddbmm", "mv", "addmv", "linear", "matmul", "dot", "_scaled_mm"),
-                    "matmul"),
-    **dict.fromkeys(("native_layer_norm", "layer_norm", "_softmax", "_log_softmax", "softmax", "log_softmax",
-                     "rms_norm", "_fused_rms_norm", "native_layer_norm_backward"), "norm"),
-    **dict.fromkeys(("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-                     "_scaled_dot_product_flash_attention", "scaled_dot_product_attention"), "attention"),
+    **dict.fromkeys(
+        ("mm", "bmm", "addmm", "baddbmm", "mv", "addmv", "linear", "matmul", "dot", "_scaled_mm"), "matmul"
+    ),
+    **dict.fromkeys(
+        (
+            "native_layer_norm",
+            "layer_norm",
+            "_softmax",
+            "_log_softmax",
+            "softmax",
+            "log_softmax",
+            "rms_norm",
+            "_fused_rms_norm",
+            "native_layer_norm_backward",
+        ),
+        "norm",
+    ),
+    **dict.fromkeys(
+        (
+            "_scaled_dot_product_flash_attention_for_cpu",
+            "_scaled_dot_product_efficient_attention",
+            "_scaled_dot_product_flash_attention",
+            "scaled_dot_product_attention",
+        ),
+        "attention",
+    ),
     **dict.fromkeys(("convolution", "conv2d", "_convolution"), "conv"),
     **dict.fromkeys(("cumsum", "cumprod", "logcumsumexp"), "reduction"),  # scans along the last dim
     "_to_copy": "elementwise",
@@ -92,13 +113,28 @@ def _number(name: str, cat: str, dims: tuple[int, ...]) -> Any:
     """A required non-tensor argument, by name; NotSwept when nothing here knows it."""
     if cat == "conv":
         stride, padding = dims[6], dims[7]
-        known = {"stride": [stride, stride], "padding": [padding, padding], "dilation": [1, 1], "transposed": False,
-                 "output_padding": [0, 0], "groups": 1}
+        known = {
+            "stride": [stride, stride],
+            "padding": [padding, padding],
+            "dilation": [1, 1],
+            "transposed": False,
+            "output_padding": [0, 0],
+            "groups": 1,
+        }
         if name in known:
             return known[name]
-    table = {"dim": -1, "keepdim": False, "half_to_float": False, "eps": 1e-5, "dropout_p": 0.0, "is_causal": False,
-             "compute_log_sumexp": False, "return_debug_mask": False, "normalized_shape": [dims[-1]],
-             "output_mask": [True, True, True]}
+    table = {
+        "dim": -1,
+        "keepdim": False,
+        "half_to_float": False,
+        "eps": 1e-5,
+        "dropout_p": 0.0,
+        "is_causal": False,
+        "compute_log_sumexp": False,
+        "return_debug_mask": False,
+        "normalized_shape": [dims[-1]],
+        "output_mask": [True, True, True],
+    }
     if name in table:
         return table[name]
     raise NotSwept(f"required argument {name!r}: no sweep value for it")
@@ -125,8 +161,9 @@ def writes_self(overload: torch._ops.OpOverload) -> bool:
 Maker = Callable[[str, tuple[int, ...]], torch.Tensor]
 
 
-def build(overload: torch._ops.OpOverload, cat: str, dims: tuple[int, ...], make: Maker,
-          extra: dict[str, Any] | None = None) -> Call:
+def build(
+    overload: torch._ops.OpOverload, cat: str, dims: tuple[int, ...], make: Maker, extra: dict[str, Any] | None = None
+) -> Call:
     """The call of `overload` at `dims`: tensors from make(role, shape), out= tensors left None."""
     packet = overload._schema.name.split("::", 1)[1]
     shape_of = tensor_shapes(cat, packet, dims)
@@ -160,4 +197,3 @@ def build(overload: torch._ops.OpOverload, cat: str, dims: tuple[int, ...], make
     if extra:
         raise NotSwept(f"no argument named {sorted(extra)}")
     return call
-

@@ -8,6 +8,7 @@ kernel must honour whatever path serves it, from the op's schema:
 - a return without an alias annotation is a fresh tensor: it shares no storage with an input;
 - a return annotated as writing an argument (in-place `self`, `out=`) is that argument itself.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,9 +23,9 @@ from torch.utils._python_dispatch import (
 )
 from torch.utils._pytree import tree_flatten
 
+from torch_fl.conformance.compare import overlaps, storage_key
 from torch_fl.kernels.base import op_name
 from torch_fl.routing.constraints import SCHEMA_ALIAS_EXEMPT
-from torch_fl.conformance.compare import overlaps, storage_key
 
 
 def _is_flagos(x: Any) -> bool:
@@ -91,7 +92,9 @@ class Watch(TorchDispatchMode):
             self._check(name, func, args, kwargs, result)
         return result
 
-    def _check(self, name: str, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+    def _check(
+        self, name: str, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+    ) -> None:
         schema = func._schema
         bound: list[tuple[str, Any, Any]] = []
         for i, argument in enumerate(schema.arguments):

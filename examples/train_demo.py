@@ -6,6 +6,7 @@ On a machine without an accelerator this runs on host_ref, the host-emulated ref
 FLAGOS_PLATFORM (e.g. nvidia_h200) to pick another platform. The script prints the loss of every
 step, then which execution paths (routes) served the aten ops of the run.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -6,6 +6,7 @@ about the new chip, so the result is always `status: unvalidated` and has no det
 must never be picked on a machine by accident; FLAGOS_PLATFORM selects it). Without `--like` the
 claims are the conservative defaults of the backing device.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -29,7 +30,9 @@ _DEFAULT_DTYPES = ["float64", "float32", "float16", "bfloat16", "int64", "int32"
 
 def display_name_of(name: str) -> str:
     """`acme_x1` -> `Acme X1`: a readable default, edited by the person who knows the product name."""
-    return " ".join(part.upper() if part[:1].isdigit() or len(part) <= 2 else part.capitalize() for part in name.split("_"))
+    return " ".join(
+        part.upper() if part[:1].isdigit() or len(part) <= 2 else part.capitalize() for part in name.split("_")
+    )
 
 
 def runner_labels(name: str, backing: str) -> list[str]:

@@ -1,4 +1,5 @@
 """The one error type of onboarding: a request refused before anything was written."""
+
 from __future__ import annotations
 
 

@@ -5,6 +5,7 @@ directory); the platform folder is `<platforms-dir>/<name>`, where `--platforms-
 `<root>/platforms`. In a torch-fl checkout that default makes a shipped platform; any other
 platforms dir is a FLAGOS_PLATFORM_PATH folder, and the workflow sets that variable for its run.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -78,4 +79,6 @@ def is_torch_fl_checkout(root: Path) -> bool:
 
 def make_layout(name: str, root: Path | None = None, platforms_dir: Path | None = None) -> Layout:
     root = Path(root) if root is not None else Path.cwd()
-    return Layout(root=root, platforms_dir=Path(platforms_dir) if platforms_dir is not None else root / "platforms", name=name)
+    return Layout(
+        root=root, platforms_dir=Path(platforms_dir) if platforms_dir is not None else root / "platforms", name=name
+    )

@@ -4,6 +4,7 @@ A platform name becomes a folder name, a Python module suffix (`torch_fl_vendor_
 workflow file name and the value of FLAGOS_PLATFORM, so it must be a plain lower-case identifier
 and must not read as a device type or an execution path (`FLAGOS_PLATFORM=cpu` would be a trap).
 """
+
 from __future__ import annotations
 
 import re
@@ -17,9 +18,39 @@ MAX_LENGTH = 48
 # and the words the platform layer gives a meaning of its own.
 RESERVED: frozenset[str] = frozenset(
     {
-        "cpu", "cuda", "hip", "xpu", "mps", "meta", "mtia", "xla", "lazy", "ipu", "hpu", "ve", "vulkan",
-        "opengl", "opencl", "ideep", "mkldnn", "fpga", "maia", "privateuseone", "flagos", "npu", "musa",
-        "default", "auto", "none", "all", "platforms", "records", "torch", "torch_fl", "test", "tests",
+        "cpu",
+        "cuda",
+        "hip",
+        "xpu",
+        "mps",
+        "meta",
+        "mtia",
+        "xla",
+        "lazy",
+        "ipu",
+        "hpu",
+        "ve",
+        "vulkan",
+        "opengl",
+        "opencl",
+        "ideep",
+        "mkldnn",
+        "fpga",
+        "maia",
+        "privateuseone",
+        "flagos",
+        "npu",
+        "musa",
+        "default",
+        "auto",
+        "none",
+        "all",
+        "platforms",
+        "records",
+        "torch",
+        "torch_fl",
+        "test",
+        "tests",
     }
     | set(KERNEL_SETS)
     # names Windows reserves for devices: such a folder cannot be created or checked out there
@@ -42,16 +73,21 @@ def check_name(name: str) -> str:
     if not name:
         raise OnboardError("the platform name is empty; use a lower-case identifier such as my_chip")
     if "/" in name or "\\" in name or name in (".", "..") or ".." in name:
-        raise OnboardError(f"{name!r} is a path, not a name; give the folder name only (e.g. my_chip) and "
-                           "use --root or --platforms-dir for where to write")
+        raise OnboardError(
+            f"{name!r} is a path, not a name; give the folder name only (e.g. my_chip) and "
+            "use --root or --platforms-dir for where to write"
+        )
     if name != name.lower():
         raise OnboardError(f"{name!r} has upper-case letters; platform names are lower case, e.g. {suggest(name)!r}")
     if not re.fullmatch(NAME_PATTERN, name):
-        raise OnboardError(f"{name!r} is not a valid platform name: a letter, then letters, digits or _; "
-                           f"e.g. {suggest(name)!r}")
+        raise OnboardError(
+            f"{name!r} is not a valid platform name: a letter, then letters, digits or _; e.g. {suggest(name)!r}"
+        )
     if len(name) > MAX_LENGTH:
         raise OnboardError(f"{name!r} is longer than {MAX_LENGTH} characters; e.g. {suggest(name)!r}")
     if name in RESERVED:
-        raise OnboardError(f"{name!r} is reserved (a torch device type, an execution path, a torch-fl word or a "
-                           f"Windows device name); name the chip itself, e.g. {suggest(name)!r}")
+        raise OnboardError(
+            f"{name!r} is reserved (a torch device type, an execution path, a torch-fl word or a "
+            f"Windows device name); name the chip itself, e.g. {suggest(name)!r}"
+        )
     return name

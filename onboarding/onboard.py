@@ -10,6 +10,7 @@ writing it, and first removes the temporary files an interrupted run left beside
 The vendor kernels `torch-fl kernel add` gave the platform (the manifest's `options.kernels`) are
 added to what is rendered, so a re-run after `kernel add` is unchanged, whatever `--like` it takes.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,13 +32,21 @@ from torch_fl.onboarding.names import check_name
 from torch_fl.onboarding.routes import initial_table, render_table
 from torch_fl.onboarding.vendor import KernelFiles, kernel_entries, with_kernel
 from torch_fl.onboarding.writer import (
-    Manifest, Outcome, Planned, apply, decide, locked, manifest_outcome, with_hashes,
+    Manifest,
+    Outcome,
+    Planned,
+    apply,
+    decide,
+    locked,
+    manifest_outcome,
+    with_hashes,
 )
 from torch_fl.platform.descriptor import PlatformDescriptor
 from torch_fl.platform.discovery import PlatformSource, discover
 from torch_fl.platform.errors import DescriptorError
 from torch_fl.platform.loader import DESCRIPTOR_FILE, load_descriptor
-from torch_fl.routing.table import RouteTableError, parse as parse_routes
+from torch_fl.routing.table import RouteTableError
+from torch_fl.routing.table import parse as parse_routes
 
 BACKINGS = ("cpu", "cuda")
 
@@ -157,8 +166,9 @@ def onboard(request: OnboardRequest) -> OnboardReport:
         return _onboard(name, request, layout)
 
 
-def _with_kernels(files: dict[str, str], descriptor: PlatformDescriptor, manifest: Manifest | None,
-                  folder: Path) -> None:
+def _with_kernels(
+    files: dict[str, str], descriptor: PlatformDescriptor, manifest: Manifest | None, folder: Path
+) -> None:
     """Add the vendor kernels of `kernel add` (kept in the manifest) to the rendered files, as it did."""
     vendor = descriptor.kernels.vendor
     entries = kernel_entries(manifest) if manifest is not None else []

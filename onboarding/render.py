@@ -4,6 +4,7 @@ StrictUndefined everywhere: a template that names a value the code did not pass 
 render time, never an empty string in a generated file. Rendering is pure (no file is touched)
 and deterministic (same inputs, same bytes), which is what makes re-running onboard idempotent.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -40,7 +41,9 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["yaml_flow"] = yaml_flow
-    env.filters["wrap"] = lambda text, width=96: textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
+    env.filters["wrap"] = lambda text, width=96: textwrap.wrap(
+        text, width, break_long_words=False, break_on_hyphens=False
+    )
     env.filters["runs_on"] = lambda labels: labels[0] if len(labels) == 1 else yaml_flow(list(labels))
     # GitHub expressions use jinja's own braces; gh("always()") writes ${{ always() }}.
     env.globals["gh"] = lambda expression: "${{ " + expression + " }}"
@@ -97,15 +100,19 @@ def render_descriptor(descriptor: PlatformDescriptor, like: str | None) -> str:
     def section(*keys: str) -> str:
         return yaml_block({k: data[k] for k in keys if k in data})
 
-    return environment().get_template("platform.yaml.j2").render(
-        d=descriptor, like=like, section=section, has=lambda key: key in data
+    return (
+        environment()
+        .get_template("platform.yaml.j2")
+        .render(d=descriptor, like=like, section=section, has=lambda key: key in data)
     )
 
 
 def render_vendor_module(descriptor: PlatformDescriptor, example_op: str | None, example_function: str | None) -> str:
     """The vendor module; without an example it is the header alone (where `kernel add` creates it)."""
-    return environment().get_template("vendor_kernels.py.j2").render(
-        d=descriptor, example_op=example_op, example_function=example_function
+    return (
+        environment()
+        .get_template("vendor_kernels.py.j2")
+        .render(d=descriptor, example_op=example_op, example_function=example_function)
     )
 
 
@@ -113,8 +120,12 @@ def render_stub(op: str, function: str, schema: str) -> str:
     """The stub `torch-fl kernel add` appends: delegates to the op's own aten kernel on backing tensors."""
     namespace, _, rest = op.partition("::")
     packet, _, overload = rest.partition(".")
-    return environment().get_template("vendor_stub.py.j2").render(
-        op=op, function=function, schema=schema, namespace=namespace, packet=packet, overload=overload or "default"
+    return (
+        environment()
+        .get_template("vendor_stub.py.j2")
+        .render(
+            op=op, function=function, schema=schema, namespace=namespace, packet=packet, overload=overload or "default"
+        )
     )
 
 
@@ -132,35 +143,49 @@ def torch_install(descriptor: PlatformDescriptor) -> str:
 
 def render_workflow(descriptor: PlatformDescriptor, layout: Layout) -> str:
     platform_rel = layout.relative(layout.platform_dir)
-    watch = [f"{platform_rel}/**", layout.relative(layout.workflow_path)] if layout.inside_root(layout.platform_dir) else []
+    watch = (
+        [f"{platform_rel}/**", layout.relative(layout.workflow_path)] if layout.inside_root(layout.platform_dir) else []
+    )
     python = descriptor.environment.python or DEFAULT_PYTHON
-    return environment().get_template("workflow.yml.j2").render(
-        d=descriptor,
-        platform_rel=platform_rel,
-        watch_paths=watch,
-        platform_path_env=layout.platform_path_env(),
-        hosted="self-hosted" not in descriptor.ci.runner_labels,
-        python=python,
-        torch_install=torch_install(descriptor),
-        torch_fl_install=layout.torch_fl_install(),
+    return (
+        environment()
+        .get_template("workflow.yml.j2")
+        .render(
+            d=descriptor,
+            platform_rel=platform_rel,
+            watch_paths=watch,
+            platform_path_env=layout.platform_path_env(),
+            hosted="self-hosted" not in descriptor.ci.runner_labels,
+            python=python,
+            torch_install=torch_install(descriptor),
+            torch_fl_install=layout.torch_fl_install(),
+        )
     )
 
 
-def render_readme(descriptor: PlatformDescriptor, table: RouteTable, layout: Layout, like: str | None, example_op: str) -> str:
+def render_readme(
+    descriptor: PlatformDescriptor, table: RouteTable, layout: Layout, like: str | None, example_op: str
+) -> str:
     routes = sorted(table.ops.items())
     # A path relative to the repository root where possible: the page is committed with the platform.
     path_export = None
     if not layout.in_checkout:
         relative = layout.relative(layout.platforms_dir)
-        path_export = f'"$PWD/{relative}"    # from the repository root' if layout.inside_root(layout.platforms_dir) else relative
+        path_export = (
+            f'"$PWD/{relative}"    # from the repository root' if layout.inside_root(layout.platforms_dir) else relative
+        )
     workflow_rel = os.path.relpath(layout.workflow_path, layout.platform_dir)
-    return environment().get_template("README.md.j2").render(
-        d=descriptor,
-        like=like,
-        kernel_sets=list(descriptor.kernels.declared()),
-        routes=routes[:README_ROUTE_ROWS],
-        more_routes=max(0, len(routes) - README_ROUTE_ROWS),
-        workflow_rel=workflow_rel,
-        path_export=path_export,
-        example_op=example_op,
+    return (
+        environment()
+        .get_template("README.md.j2")
+        .render(
+            d=descriptor,
+            like=like,
+            kernel_sets=list(descriptor.kernels.declared()),
+            routes=routes[:README_ROUTE_ROWS],
+            more_routes=max(0, len(routes) - README_ROUTE_ROWS),
+            workflow_rel=workflow_rel,
+            path_export=path_export,
+            example_op=example_op,
+        )
     )

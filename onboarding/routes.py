@@ -6,6 +6,7 @@ tuned shape buckets were measured on another chip and are dropped; a person's en
 reason), and every vendor op as `[vendor, native]`: a vendor kernel exists to be used, and native
 is the proven fallback behind it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -44,7 +45,9 @@ def initial_table(descriptor: PlatformDescriptor, like: PlatformDescriptor | Non
                 ops[op] = OpRoute(candidates=kept, provenance=Provenance(source="onboard", note=note))
     for op in vendor_ops:
         previous = ops[op].candidates if op in ops else ["native"]
-        ops[op] = OpRoute(candidates=vendor_first(previous), provenance=Provenance(source="onboard", note="vendor kernel"))
+        ops[op] = OpRoute(
+            candidates=vendor_first(previous), provenance=Provenance(source="onboard", note="vendor kernel")
+        )
     return RouteTable(default=default, ops=dict(sorted(ops.items())))
 
 

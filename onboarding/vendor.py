@@ -13,6 +13,7 @@ with the new hashes of the files that were still onboard's own: a later `onboard
 edits, so it reports those files unchanged, and still tells a person's edits apart. The command
 holds the platform's onboard lock while it works.
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,11 +29,11 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap
 
+from torch_fl.fileio import remove_orphans
 from torch_fl.onboarding.descriptor import VENDOR_MODULE, load_text
 from torch_fl.onboarding.errors import OnboardError
 from torch_fl.onboarding.render import render_stub, render_vendor_module, yaml_dumper
 from torch_fl.onboarding.routes import HEADER, vendor_first
-from torch_fl.fileio import remove_orphans
 from torch_fl.onboarding.writer import Manifest, Outcome, Planned, apply, digest, locked, write_atomically
 from torch_fl.platform.descriptor import OP_NAME_PATTERN
 from torch_fl.platform.discovery import discover
@@ -111,7 +112,9 @@ def normalize_op(op: str) -> str:
     name = name if "::" in name else f"aten::{name}"
     name = name.removesuffix(".default")
     if not re.fullmatch(OP_NAME_PATTERN, name):
-        raise OnboardError(f"bad op name {op!r}: expected aten::name or aten::name.overload (e.g. aten::silu, aten::add.Tensor)")
+        raise OnboardError(
+            f"bad op name {op!r}: expected aten::name or aten::name.overload (e.g. aten::silu, aten::add.Tensor)"
+        )
     return name
 
 
@@ -149,7 +152,9 @@ def _module_functions(text: str, path: Path) -> tuple[set[str], bool]:
     except SyntaxError as exc:
         raise OnboardError(f"{path} does not parse ({exc}); fix it before adding kernels") from None
     functions = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    imports_torch = any(isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names) for n in tree.body)
+    imports_torch = any(
+        isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names) for n in tree.body
+    )
     return functions, imports_torch
 
 
@@ -191,8 +196,9 @@ def _routes_text(text: str | None, path: Path, op: str, platform: str) -> str | 
         return scratch.read_text(encoding="utf-8")
 
 
-def with_kernel(files: KernelFiles, entry: KernelEntry, platform: str, folder: Path, module_name: str,
-                routes_name: str) -> KernelFiles:
+def with_kernel(
+    files: KernelFiles, entry: KernelEntry, platform: str, folder: Path, module_name: str, routes_name: str
+) -> KernelFiles:
     """`files` with the vendor kernel `entry` added: the stub (unless the module has the function),
     `vendor` first in the op's route, the op mapped in the descriptor; each result validated."""
     module_path = folder / module_name
@@ -207,16 +213,23 @@ def with_kernel(files: KernelFiles, entry: KernelEntry, platform: str, folder: P
     if descriptor is not None:
         load_text(descriptor, platform, "platform.yaml after the edit")
     routes = _routes_text(files.routes, folder / routes_name, entry.op, platform)
-    return KernelFiles(module, files.routes if routes is None else routes,
-                       files.descriptor if descriptor is None else descriptor)
+    return KernelFiles(
+        module, files.routes if routes is None else routes, files.descriptor if descriptor is None else descriptor
+    )
 
 
 def _read(path: Path) -> str | None:
     return path.read_text(encoding="utf-8") if path.exists() else None
 
 
-def _write(folder: Path, platform: str, entry: KernelEntry, changes: list[tuple[Path, str | None, str]],
-           planned: list[Planned], outcomes: list[Outcome]) -> None:
+def _write(
+    folder: Path,
+    platform: str,
+    entry: KernelEntry,
+    changes: list[tuple[Path, str | None, str]],
+    planned: list[Planned],
+    outcomes: list[Outcome],
+) -> None:
     """Write the changed files; on an onboarded platform through the manifest (see the module docstring)."""
     manifest = Manifest.read(folder)
     remove_orphans([item.path for item in planned] + [folder / ".onboard.json"])
@@ -262,7 +275,9 @@ def _add(request: KernelAddRequest, folder: Path) -> KernelAddReport:
     if request.function is not None:
         function = _check_function(request.function)
         if mapped is not None and mapped != function:
-            raise OnboardError(f"{op} is already mapped to {mapped!r} in kernels.vendor.ops; edit platform.yaml to rename it")
+            raise OnboardError(
+                f"{op} is already mapped to {mapped!r} in kernels.vendor.ops; edit platform.yaml to rename it"
+            )
     else:
         function = mapped or function_name(op)
 
@@ -273,7 +288,11 @@ def _add(request: KernelAddRequest, folder: Path) -> KernelAddReport:
             f"map it in platform.yaml (kernels.vendor.ops) yourself; kernel add edits module files next to the descriptor"
         )
     module_path = folder / module_name
-    module_text = module_path.read_text(encoding="utf-8") if module_path.exists() else render_vendor_module(descriptor, None, None)
+    module_text = (
+        module_path.read_text(encoding="utf-8")
+        if module_path.exists()
+        else render_vendor_module(descriptor, None, None)
+    )
     descriptor_path = folder / DESCRIPTOR_FILE
     routes_path = folder / descriptor.routes.file
     before = KernelFiles(module_text, _read(routes_path), descriptor_path.read_text(encoding="utf-8"))
@@ -282,8 +301,11 @@ def _add(request: KernelAddRequest, folder: Path) -> KernelAddReport:
     functions, _ = _module_functions(module_text, module_path)
 
     # module, routes, then the descriptor that names them
-    changes = [(module_path, module_text if module_path.exists() else None, after.module),
-               (routes_path, before.routes, after.routes), (descriptor_path, before.descriptor, after.descriptor)]
+    changes = [
+        (module_path, module_text if module_path.exists() else None, after.module),
+        (routes_path, before.routes, after.routes),
+        (descriptor_path, before.descriptor, after.descriptor),
+    ]
     planned = [Planned(path, new) for path, _, new in changes]
     outcomes = [_outcome(path, None if old == new else new) for path, old, new in changes]
     if not request.dry_run:
@@ -293,4 +315,6 @@ def _add(request: KernelAddRequest, folder: Path) -> KernelAddReport:
         f"torch-fl conformance run {request.platform} --json",
         f"torch-fl routes explain {request.platform} {op} --json",
     ]
-    return KernelAddReport(request.platform, folder, op, function, function not in functions, outcomes, steps, request.dry_run)
+    return KernelAddReport(
+        request.platform, folder, op, function, function not in functions, outcomes, steps, request.dry_run
+    )

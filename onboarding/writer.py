@@ -8,6 +8,7 @@ hashes about to be written as `pending`; after the last file it is rewritten wit
 interrupted in between leaves each file either as it was or as intended, and both are recognised
 as onboard's own by the next run, which then completes the work.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -184,7 +185,9 @@ def apply(planned: list[Planned], outcomes: list[Outcome], manifest: Manifest) -
     if writes:
         pending = {manifest.key(item.path): digest(item.text) for item in writes}
         previous = Manifest.read(manifest.folder)
-        intent = Manifest(manifest.folder, manifest.platform, manifest.options, previous.files if previous else {}, pending)
+        intent = Manifest(
+            manifest.folder, manifest.platform, manifest.options, previous.files if previous else {}, pending
+        )
         write_atomically(intent.path, intent.text())
     for item in writes:
         write_atomically(item.path, item.text)

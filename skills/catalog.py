@@ -4,6 +4,7 @@ SKILL.md starts with YAML front matter (`name`, `description`) and continues wit
 each a `torch-fl ... --json` command and an exit criterion on its JSON. `install` copies the skill
 folders into an agent's skills directory; re-installing changes only files that differ.
 """
+
 from __future__ import annotations
 
 import importlib.resources
@@ -36,7 +37,11 @@ class Skill:
 
     def files(self) -> list[Path]:
         """Every file of the skill folder (SKILL.md and any references), relative to the folder."""
-        return sorted(p.relative_to(self.directory) for p in self.directory.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        return sorted(
+            p.relative_to(self.directory)
+            for p in self.directory.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        )
 
 
 def skills_root() -> Path:
@@ -52,7 +57,11 @@ def front_matter(text: str, where: str) -> dict:
         data = yaml.safe_load(head)
     except yaml.YAMLError as exc:
         raise SkillError(f"{where}: front matter is not valid YAML: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(data.get("description"), str):
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("name"), str)
+        or not isinstance(data.get("description"), str)
+    ):
         raise SkillError(f"{where}: front matter needs string fields 'name' and 'description'")
     return data
 

@@ -1,4 +1,5 @@
 """Docs stay in step with the code: generated tables, and every command, file, variable and suite they name."""
+
 from __future__ import annotations
 
 import ast
@@ -11,12 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from torch_fl.platform.compatibility import MANIFEST_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 # The reference docs; CHANGELOG.md is history and may name what no longer exists.
-DOCS = sorted({ROOT / "README.md", ROOT / "bench" / "README.md", *ROOT.glob("docs/*.md"),
-               *ROOT.glob("skills/*/SKILL.md")})
+DOCS = sorted(
+    {ROOT / "README.md", ROOT / "bench" / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("skills/*/SKILL.md")}
+)
 DOC_IDS = [str(doc.relative_to(ROOT)) for doc in DOCS]
 
 # Run where `torch-fl` runs (the CLI process never activates flagos), so the answer is the command's own view.
@@ -73,7 +76,7 @@ def command_words(snippet: str, program: str) -> list[list[str]]:
     """The words after each `program` in a snippet, up to the end of that shell command."""
     found = []
     for match in re.finditer(rf"(?<![\w/.-]){re.escape(program)}(?=\s|$)", snippet):
-        rest = re.split(r"&&|\|\||[|;)]", snippet[match.end():])[0]
+        rest = re.split(r"&&|\|\||[|;)]", snippet[match.end() :])[0]
         found.append(rest.split())
     return found
 
@@ -137,8 +140,9 @@ def test_lone_options_belong_to_a_command_or_script(doc: Path):
 
 
 # A path the docs name, from the repository root: a top-level folder followed by more of the path.
-_TOP = "|".join(re.escape(p.name) for p in sorted(ROOT.iterdir())
-                if p.is_dir() and not p.name.startswith((".venv", ".git")))
+_TOP = "|".join(
+    re.escape(p.name) for p in sorted(ROOT.iterdir()) if p.is_dir() and not p.name.startswith((".venv", ".git"))
+)
 _PATH = re.compile(rf"(?<![\w./~-])((?:{_TOP})/[\w./<>*-]*[\w>*/])")
 
 
@@ -148,8 +152,9 @@ def repository_paths(text: str) -> set[str]:
 
 def as_pattern(path: str) -> str:
     """`platforms/<name>/platform.yaml` and `platforms/NAME/routes.yaml` read as patterns."""
-    return "/".join("*" if re.fullmatch(r"[A-Z][A-Z_]*", part) else re.sub(r"<[^>]*>", "*", part)
-                    for part in path.split("/"))
+    return "/".join(
+        "*" if re.fullmatch(r"[A-Z][A-Z_]*", part) else re.sub(r"<[^>]*>", "*", part) for part in path.split("/")
+    )
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=DOC_IDS)
@@ -158,9 +163,13 @@ def test_named_files_exist(doc: Path):
     # torch_fl/compatibility.json exists only in built packages: build_hooks.py writes it there.
     onboarding = "".join(p.read_text() for p in ROOT.glob("onboarding/*.py"))
     built = {f"torch_fl/{MANIFEST_NAME}"}
-    missing = [path for path in sorted(repository_paths(doc_text(doc)))
-               if not any(ROOT.glob(as_pattern(path))) and path not in built
-               and not (as_pattern(path) != path and f'"{Path(path).name}"' in onboarding)]
+    missing = [
+        path
+        for path in sorted(repository_paths(doc_text(doc)))
+        if not any(ROOT.glob(as_pattern(path)))
+        and path not in built
+        and not (as_pattern(path) != path and f'"{Path(path).name}"' in onboarding)
+    ]
     assert not missing, f"paths that are not in the repository: {missing}"
 
 
@@ -187,7 +196,7 @@ def test_named_python_names_exist(doc: Path):
     unknown = []
     for dotted in sorted(set(re.findall(r"torch_fl(?:\.\w+)+", doc_text(doc)))):
         module = max((m for m in modules if dotted == m or dotted.startswith(m + ".")), key=len)
-        rest = dotted[len(module) + 1:].split(".")
+        rest = dotted[len(module) + 1 :].split(".")
         if rest != [""] and rest[0] not in module_names(modules[module]):
             unknown.append(dotted)
     assert not unknown, f"names the package does not have: {unknown}"
@@ -228,8 +237,9 @@ def test_nothing_refers_outside_the_repository():
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     texts = [ROOT / f for f in tracked.split() if f.endswith((".md", ".py", ".yaml", ".sh", ".toml", ".txt", ".j2"))]
     this = Path(__file__).resolve()
-    offending = [str(f.relative_to(ROOT)) for f in texts
-                 if f != this and f.is_file() and _OUTSIDE.search(f.read_text())]
+    offending = [
+        str(f.relative_to(ROOT)) for f in texts if f != this and f.is_file() and _OUTSIDE.search(f.read_text())
+    ]
     assert not offending, f"files that cite what is not in this repository: {offending}"
 
 
@@ -254,8 +264,7 @@ def diagram_layers() -> list[set[str]]:
         names = line[:30].split()
         if not names or line[0].isspace() or "/" in names[0]:
             continue
-        modules = {_PACKAGES.get(n.strip(","), n.strip(",") if "." in n else f"torch_fl.{n.strip(',')}")
-                   for n in names}
+        modules = {_PACKAGES.get(n.strip(","), n.strip(",") if "." in n else f"torch_fl.{n.strip(',')}") for n in names}
         if continued:
             layers[-1] |= modules
         else:
@@ -283,8 +292,9 @@ def module_imports() -> list[tuple[str, str, str]]:
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module
-                           for a in node.names]
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module for a in node.names
+                ]
             else:
                 continue
             where = f"{path.relative_to(ROOT)}:{node.lineno}"
@@ -294,8 +304,12 @@ def module_imports() -> list[tuple[str, str, str]]:
 
 def layer_index(module: str, layers: list[set[str]]) -> int:
     # The row of the longest name the module falls under (torch_fl.routing.tuner: torch_fl.routing).
-    rows = [(len(name), i) for i, row in enumerate(layers) for name in row
-            if module == name or module.startswith(name + ".")]
+    rows = [
+        (len(name), i)
+        for i, row in enumerate(layers)
+        for name in row
+        if module == name or module.startswith(name + ".")
+    ]
     return max(rows)[1]
 
 
@@ -307,17 +321,21 @@ def test_layer_diagram_names_modules_that_exist():
 
 def test_imports_point_down_the_readme_layers():
     layers = diagram_layers()
-    upward = [f"{where}: {module} imports {target}" for module, target, where in module_imports()
-              if layer_index(target, layers) < layer_index(module, layers)]
+    upward = [
+        f"{where}: {module} imports {target}"
+        for module, target, where in module_imports()
+        if layer_index(target, layers) < layer_index(module, layers)
+    ]
     assert not upward, "imports that run up the README's layers:\n" + "\n".join(upward)
 
 
 def test_environment_table_matches_the_declarations():
     # The table lists every variable the code declares through torch_fl.env (`torch-fl env --markdown`).
     generated = subprocess.run(
-        [sys.executable, "-c", "from torch_fl.cli import main; main()",
-         "env", "--markdown"],
-        capture_output=True, text=True, check=True,
+        [sys.executable, "-c", "from torch_fl.cli import main; main()", "env", "--markdown"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     documented = (ROOT / "docs" / "environment.md").read_text()
     assert generated in documented, "docs/environment.md is stale: regenerate it with `torch-fl env --markdown`"

@@ -1,8 +1,15 @@
 """The wheel ships every Python package of the source tree: pyproject lists them by hand (the
 repository's top-level folders are mapped into torch_fl), so a new package must be added there."""
+
 from __future__ import annotations
 
-import tomllib
+import sys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 has no tomllib; tomli is its source
+    import tomli as tomllib
+
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,13 +6,14 @@ point `torch_fl:_autoload`; TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns it off) or whe
 torch_fl.activation, which also holds the CUDA containment rule). So `import torch_fl` needs no
 torch, and the `torch-fl` command imports the package freely.
 """
+
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
 from torch_fl.activation import activate, active_platform, install_torch_first, is_active
-from torch_fl.activation import autoload as _autoload  # PyTorch's entry point (group `torch.backends`)
+from torch_fl.activation import autoload as _autoload  # noqa: F401  (PyTorch's entry point, group torch.backends)
 
 install_torch_first()
 

@@ -13,6 +13,7 @@ CUDA tensors dies on an internal assert. That cannot be undone inside a process,
 with a real CUDA device the autoload registers flagos only when FLAGOS_PLATFORM asks for it (a plain
 `import torch` leaves CUDA untouched and says why flagos is off); `torch_fl.activate()` always asks.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -20,6 +21,7 @@ import importlib.abc
 import os
 import sys
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -59,11 +61,23 @@ _warned_broken: set[str] = set()
 # The modules that import torch themselves (packages: every module in them). The rest of the
 # package (platform data, route files, the CLI, onboarding) imports without torch.
 NEEDS_TORCH = (
-    "torch_fl.runtime", "torch_fl.kernels", "torch_fl.workloads", "torch_fl.numerics", "torch_fl.conformance.suites",
-    "torch_fl.routing.checks", "torch_fl.routing.constraints", "torch_fl.routing.explanation",
-    "torch_fl.routing.runtime", "torch_fl.routing.tuner", "torch_fl.routing.tuner_worker",
-    "torch_fl.conformance.compare", "torch_fl.conformance.dist_worker", "torch_fl.conformance.opcheck",
-    "torch_fl.conformance.sharing_worker", "torch_fl.conformance.sweepcall", "torch_fl.conformance.sweepgen",
+    "torch_fl.runtime",
+    "torch_fl.kernels",
+    "torch_fl.workloads",
+    "torch_fl.numerics",
+    "torch_fl.conformance.suites",
+    "torch_fl.routing.checks",
+    "torch_fl.routing.constraints",
+    "torch_fl.routing.explanation",
+    "torch_fl.routing.runtime",
+    "torch_fl.routing.tuner",
+    "torch_fl.routing.tuner_worker",
+    "torch_fl.conformance.compare",
+    "torch_fl.conformance.dist_worker",
+    "torch_fl.conformance.opcheck",
+    "torch_fl.conformance.sharing_worker",
+    "torch_fl.conformance.sweepcall",
+    "torch_fl.conformance.sweepgen",
     "torch_fl.conformance.watch",
 )
 
@@ -152,7 +166,7 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
     return active
 
 
-def _warn_broken_once(broken: dict[str, PlatformError], chosen: Optional[str]) -> None:
+def _warn_broken_once(broken: Mapping[str, PlatformError], chosen: Optional[str]) -> None:
     """Say once per process which platforms were skipped because their descriptor cannot be read
     (a chosen one raises its own error instead)."""
     for name, error in broken.items():

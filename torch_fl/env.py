@@ -6,6 +6,7 @@ declarations the code uses and an undeclared read fails loudly instead of growin
 Variables named by a platform descriptor (detection rules, SDK home variables) are data, not
 torch-fl settings, and are read by the code that evaluates the descriptor.
 """
+
 from __future__ import annotations
 
 import os

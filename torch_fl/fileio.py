@@ -1,4 +1,5 @@
 """Writing files so that no reader ever sees them half-written (route tables, records, onboarding)."""
+
 from __future__ import annotations
 
 import glob
@@ -34,7 +35,7 @@ def remove_orphans(paths: Iterable[Path]) -> list[Path]:
     removed = []
     for path in paths:
         for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-            writer = tmp.name[len(path.name) + 2:].split(".", 1)[0]
+            writer = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
             if not (writer.isdigit() and int(writer) > 0 and _running(int(writer))):
                 tmp.unlink(missing_ok=True)
                 removed.append(tmp)

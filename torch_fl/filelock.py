@@ -9,6 +9,7 @@ prints; the holder removes it on release. A process that finds the file replaced
 While a lock is held in the main thread, SIGTERM and SIGHUP raise SystemExit there: every
 `finally` on the way out runs (temporary files removed, child processes ended, the lock released).
 """
+
 from __future__ import annotations
 
 import datetime

@@ -4,6 +4,7 @@ Each entry is written with one `write()` on a file opened with O_APPEND, so conc
 interleave and a crash loses at most the entry being written (a partial last line is skipped by
 readers). The conformance journal and the route tuner's workers use it.
 """
+
 from __future__ import annotations
 
 import json

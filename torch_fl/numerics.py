@@ -3,6 +3,7 @@
 Shared by the conformance suites, which judge kernels against references, and the route tuner,
 which checks a candidate against native at a workload's shapes before it may be chosen.
 """
+
 from __future__ import annotations
 
 import math

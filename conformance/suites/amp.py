@@ -5,6 +5,7 @@ precision; precision-sensitive ops (softmax, log_softmax, layer_norm, mse_loss, 
 float32; promote ops (cat, addcmul) take the widest input dtype. Values are checked too: an
 autocast mm must equal the same mm done in the lower precision by hand.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -30,7 +31,11 @@ CASES: dict[str, tuple[str, Callable[[torch.dtype], torch.Tensor], str]] = {
     "conv2d": ("aten::conv2d", lambda d: F.conv2d(*_inputs((1, 3, 8, 8), (4, 3, 3, 3))), "lower"),
     "bmm": ("aten::bmm", lambda d: torch.bmm(*_inputs((2, 4, 8), (2, 8, 3))), "lower"),
     "softmax": ("aten::softmax.int", lambda d: torch.softmax(_inputs((4, 8), dtype=d)[0], dim=-1), "float32"),
-    "log_softmax": ("aten::log_softmax.int", lambda d: torch.log_softmax(_inputs((4, 8), dtype=d)[0], dim=-1), "float32"),
+    "log_softmax": (
+        "aten::log_softmax.int",
+        lambda d: torch.log_softmax(_inputs((4, 8), dtype=d)[0], dim=-1),
+        "float32",
+    ),
     "layer_norm": ("aten::layer_norm", lambda d: F.layer_norm(_inputs((4, 8), dtype=d)[0], (8,)), "float32"),
     "mse_loss": ("aten::mse_loss", lambda d: F.mse_loss(*_inputs((4, 8), (4, 8), dtype=d)), "float32"),
     "sum": ("aten::sum", lambda d: torch.sum(_inputs((4, 8), dtype=d)[0]), "float32"),
@@ -63,8 +68,12 @@ def test_autocast_dtype(name: str, dtype: str, fl: Any) -> None:
 def _by_hand(name: str, lower: torch.dtype) -> torch.Tensor:
     """The lower-precision result computed on the CPU from the same inputs cast by hand."""
     with torch.no_grad():
-        args = {"mm": ((8, 16), (16, 4)), "linear": ((4, 16), (8, 16), (8,)), "conv2d": ((1, 3, 8, 8), (4, 3, 3, 3)),
-                "bmm": ((2, 4, 8), (2, 8, 3))}[name]
+        args = {
+            "mm": ((8, 16), (16, 4)),
+            "linear": ((4, 16), (8, 16), (8,)),
+            "conv2d": ((1, 3, 8, 8), (4, 3, 3, 3)),
+            "bmm": ((2, 4, 8), (2, 8, 3)),
+        }[name]
         g = torch.Generator().manual_seed(31)
         xs = [torch.randn(s, generator=g).to(lower).float() for s in args]
         fn = {"mm": torch.mm, "linear": F.linear, "conv2d": F.conv2d, "bmm": torch.bmm}[name]

@@ -3,6 +3,7 @@
 Inductor generates code for the backing (C++ on a host backing, Triton on CUDA) while ops it does
 not generate stay calls on flagos tensors; either way results must equal eager flagos ones.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -65,7 +66,9 @@ def test_backward_equals_eager(fl: Any) -> None:
     for model in (eager, compiled):
         F.mse_loss(model(x), torch.zeros(6, 4, device="flagos")).backward()
     for (name, p), q in zip(eager.named_parameters(), compiled_model.parameters()):
-        assert q.grad is not None and q.grad.device.type == "flagos", f"{name}: no flagos gradient from the compiled model"
+        assert q.grad is not None and q.grad.device.type == "flagos", (
+            f"{name}: no flagos gradient from the compiled model"
+        )
         torch.testing.assert_close(q.grad.cpu(), p.grad.cpu(), **_tol(fl), msg=f"gradient of {name}")
 
 

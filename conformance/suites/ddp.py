@@ -4,11 +4,13 @@ Two ranks (one per flagos device; fewer where the board has fewer devices, since
 device per rank) use the flagos collective backend: gloo underneath on a host backing, NCCL on
 a CUDA one. See dist_worker.py for the checks; each is one case here.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+
 from torch_fl.conformance.launch import run_ranks
 
 SUITE = "ddp"

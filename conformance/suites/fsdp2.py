@@ -4,11 +4,13 @@ Same launcher as ddp (dist_worker.py): each rank shards a small model over a fla
 that its local shards live on flagos, trains, and compares the losses with the model trained
 without sharding on the global batch.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+
 from torch_fl.conformance.launch import run_ranks
 from torch_fl.conformance.suites.ddp import TIMEOUT_S, check, require, world_size
 

@@ -4,12 +4,14 @@ The reference device is the backing device without flagos: the CPU, in this proc
 backing; for a CUDA backing, CUDA in a subprocess that never imports torch_fl (see
 torch_fl/workloads/decoder.py for why). The losses must agree step by step and go down.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
 import pytest
+
 from torch_fl.conformance.launch import run_script
 from torch_fl.workloads import decoder
 

@@ -20,6 +20,7 @@ path), storage aliasing as PyTorch's kernels do it, the in-place variant really 
 honoured, the schema's alias contract of the overloads under test, and for random ops the same
 results for the same seed (on a CPU backing, also the CPU generator's exact numbers).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,6 +31,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from torch_fl.conformance import compare
 from torch_fl.conformance.fingerprint import normalize
 from torch_fl.conformance.opcheck import (
@@ -60,6 +62,7 @@ EXCLUDED: dict[str, str] = {
 
 # Values of these are uninitialised memory: only dtype, shape, strides and aliasing are judged.
 UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"})
+
 
 def not_forced(op: str, overload: torch._ops.OpOverload, path: str) -> str | None:
     """Why `op` is never forced onto `path` (None: it is): the router's own refusals."""
@@ -178,7 +181,18 @@ def _conclude_by_key(case: Any, verdicts: list[Verdict], extra: list[str], like_
 
 
 # Random OpInfos whose randomness is under a seed-setting wrapper: known before running anything.
-_RANDOM_NAMES = ("normal", "uniform", "bernoulli", "multinomial", "dropout", "rand", "cauchy", "exponential", "geometric", "log_normal")
+_RANDOM_NAMES = (
+    "normal",
+    "uniform",
+    "bernoulli",
+    "multinomial",
+    "dropout",
+    "rand",
+    "cauchy",
+    "exponential",
+    "geometric",
+    "log_normal",
+)
 
 
 def _looks_random(opinfo: Any) -> bool:
@@ -215,12 +229,24 @@ def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
             def tell(part: str) -> None:
                 watch.set_part(part)
                 fl.recorder.phase((sample, part))  # the gate keys reached next belong to this sample's part
+
             return tell
 
         with watch:
             runs = [
-                run_sample(opinfo, s, flagos, dtype, seed + i, cotangents[i], backward, repeat=state["random"],
-                           quiet=watch.paused, parts=parts, on_part=on_part(i))
+                run_sample(
+                    opinfo,
+                    s,
+                    flagos,
+                    dtype,
+                    seed + i,
+                    cotangents[i],
+                    backward,
+                    repeat=state["random"],
+                    quiet=watch.paused,
+                    parts=parts,
+                    on_part=on_part(i),
+                )
                 for i, s in enumerate(samples)
             ]
         fl.synchronize()
@@ -229,8 +255,16 @@ def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
     def judge(runs: list[Run], shape_sources: list[Run], values_from: list[Run] | None) -> list[Verdict]:
         verdicts = []
         for i, run in enumerate(runs):
-            v = evaluate(run, state["references"][i], state["baselines"][i], shape_sources[i], state["health"][i], dtype,
-                         state["random"], values_from[i] if values_from else None)
+            v = evaluate(
+                run,
+                state["references"][i],
+                state["baselines"][i],
+                shape_sources[i],
+                state["health"][i],
+                dtype,
+                state["random"],
+                values_from[i] if values_from else None,
+            )
             if not values_judged:  # uninitialised memory: dtype, shape, strides and aliasing are the check
                 v.compared |= v.claimed
                 v.problems = [p for p in v.problems if "elements differ" not in p]
@@ -242,7 +276,9 @@ def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
     # the op is random (then values are judged by reproducibility, not against float64)
     watch = Watch(focus=None)
     recorded = fl.selected("native") and not fl.done(plain_id)
-    with (fl.case(plain_id, SUITE, op=f"opinfo:{name}", dtype=dname, path="native") if recorded else _unrecorded(plain_id)) as case:
+    with (
+        fl.case(plain_id, SUITE, op=f"opinfo:{name}", dtype=dname, path="native") if recorded else _unrecorded(plain_id)
+    ) as case:
         state["random"] = _looks_random(opinfo)
         plain = run_all(watch, [None] * len(samples))
         state["random"] = state["random"] or watch.random
@@ -250,14 +286,18 @@ def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
         # left unwritten, complex lstsq and pinv give other values): the CPU runs go under the same
         # kind of mode as the flagos runs, so both sides take the same branches.
         with Watch(focus=frozenset()):
-            baselines = [run_sample(opinfo, s, cpu, dtype, seed + i, p.cotangents, backward)
-                         for i, (s, p) in enumerate(zip(samples, plain))]
+            baselines = [
+                run_sample(opinfo, s, cpu, dtype, seed + i, p.cotangents, backward)
+                for i, (s, p) in enumerate(zip(samples, plain))
+            ]
             if state["random"] or not values_judged:
                 references = baselines
                 health = [{p: None for p in ("forward", "backward", "inplace", "out")} for _ in samples]
             else:
-                references = [run_sample(opinfo, s, reference, dtype, seed + i, b.cotangents, backward)
-                              for i, (s, b) in enumerate(zip(samples, baselines))]
+                references = [
+                    run_sample(opinfo, s, reference, dtype, seed + i, b.cotangents, backward)
+                    for i, (s, b) in enumerate(zip(samples, baselines))
+                ]
                 health = [baseline_health(r, b, dtype) for r, b in zip(references, baselines)]
         state.update(baselines=baselines, references=references, health=health)
         exact_rng = state["random"] and fl.backing == "cpu"  # the host's flagos generator is the CPU's
@@ -293,8 +333,27 @@ def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 # Values around each format's limits: saturation and overflow (448/464, 57344/61440), rounding ties,
 # subnormals, signed zero, infinities and NaN.
-FP8_EDGES = [0.0, -0.0, 1.0, -1.5, 0.1, 240.0, 448.0, 464.0, 500.0, 57344.0, 61440.0, 1e6, 2**-9, 2**-16, 2**-17,
-             3 * 2**-10, float("inf"), float("-inf"), float("nan")]
+FP8_EDGES = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.5,
+    0.1,
+    240.0,
+    448.0,
+    464.0,
+    500.0,
+    57344.0,
+    61440.0,
+    1e6,
+    2**-9,
+    2**-16,
+    2**-17,
+    3 * 2**-10,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+]
 
 
 def _emulates_fp8(config: pytest.Config) -> bool:
@@ -353,8 +412,13 @@ def test_fp8_emulated(fp8: str, fl: Any) -> None:
             scale_a, scale_b = torch.tensor(0.5), torch.tensor(2.0)
             reference = (a.float() * 0.5) @ (b.float() * 2.0)
             with fl.forced("aten::_scaled_mm", "emulated"):
-                out = torch._scaled_mm(a.to("flagos"), b.to("flagos"), scale_a=scale_a.to("flagos"),
-                                       scale_b=scale_b.to("flagos"), out_dtype=torch.float32)
+                out = torch._scaled_mm(
+                    a.to("flagos"),
+                    b.to("flagos"),
+                    scale_a=scale_a.to("flagos"),
+                    scale_b=scale_b.to("flagos"),
+                    out_dtype=torch.float32,
+                )
             assert out.device.type == "flagos" and out.dtype == torch.float32, f"got {out.dtype} on {out.device}"
             why = compare.compare_tensor(out, reference, torch.float32, reduce=32)
             if why:

@@ -5,6 +5,7 @@ records `flagos.route.native` (and the explicit CPU fallback `flagos.route.cpu`)
 the profiler (`use_device="flagos"`): never negative, within the wall time of the profiled code; a
 platform whose descriptor names a device tracer (CUPTI and the like) also shows its kernels.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,9 @@ def test_python_route_is_named_in_the_trace(fl: Any, tmp_path: Path) -> None:
     torch.testing.assert_close(c.cpu(), a.cpu() + b.cpu())
     names = _names(prof)
     marker = f"flagos.route.{path}::{op}"
-    assert marker in names, f"no '{marker}' in the trace; flagos-related events: {sorted(n for n in names if 'flagos' in n or 'add' in n)}"
+    assert marker in names, (
+        f"no '{marker}' in the trace; flagos-related events: {sorted(n for n in names if 'flagos' in n or 'add' in n)}"
+    )
     assert "aten::add" in names, "the aten op itself is missing from the trace"
     trace = tmp_path / "trace.json"
     prof.export_chrome_trace(str(trace))
@@ -47,7 +50,9 @@ def test_native_route_is_named_in_the_trace(fl: Any) -> None:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         torch.mm(a, b)
     names = _names(prof)
-    assert "flagos.route.native" in names, f"no 'flagos.route.native' in the trace: {sorted(n for n in names if 'flagos' in n or 'mm' in n)}"
+    assert "flagos.route.native" in names, (
+        f"no 'flagos.route.native' in the trace: {sorted(n for n in names if 'flagos' in n or 'mm' in n)}"
+    )
     assert "aten::mm" in names, "aten::mm is missing from the trace"
 
 
@@ -73,8 +78,11 @@ def test_device_time_is_plausible(fl: Any) -> None:
         torch.flagos.synchronize()
         wall_us = (time.perf_counter() - start) * 1e6
     events = prof.function_events
-    negative = [(e.name, e.cpu_time_total, e.device_time_total) for e in events
-                if e.cpu_time_total < 0 or e.device_time_total < 0]
+    negative = [
+        (e.name, e.cpu_time_total, e.device_time_total)
+        for e in events
+        if e.cpu_time_total < 0 or e.device_time_total < 0
+    ]
     assert not negative, f"negative times: {negative[:5]}"
     device_us = sum(e.self_device_time_total for e in events if e.name == "aten::mm")
     assert 0 < device_us <= wall_us, f"aten::mm device time {device_us:.1f} us for {wall_us:.1f} us of wall time"

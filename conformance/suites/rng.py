@@ -4,6 +4,7 @@ Moments are checked against the distribution's own with bounds of 6 standard err
 so a correct generator fails with probability below 1e-8 while a biased or degenerate one (all
 zeros, a fixed value, the wrong scale) fails at once; the seeds are fixed, so runs are stable.
 """
+
 from __future__ import annotations
 
 import math
@@ -72,7 +73,9 @@ def test_state_round_trip(fl: Any) -> None:
     after_fork = torch.randn(10, device="flagos").cpu()
     torch.flagos.set_rng_state(state)
     torch.randn(100, device="flagos")
-    assert torch.equal(after_fork, torch.randn(10, device="flagos").cpu()), "fork_rng leaked draws into the outer stream"
+    assert torch.equal(after_fork, torch.randn(10, device="flagos").cpu()), (
+        "fork_rng leaked draws into the outer stream"
+    )
 
 
 def _moments(x: torch.Tensor) -> tuple[float, float]:
@@ -84,19 +87,41 @@ def _check_moments(name: str, x: torch.Tensor, mean: float, var: float, fourth: 
     """Sample mean and variance within SIGMAS standard errors of the true ones."""
     m, v = _moments(x)
     se_mean = math.sqrt(var / x.numel())
-    assert abs(m - mean) <= SIGMAS * se_mean + 1e-3 * abs(mean), f"{name}: mean {m:.5f}, expected {mean:.5f} (+-{SIGMAS * se_mean:.5f})"
+    assert abs(m - mean) <= SIGMAS * se_mean + 1e-3 * abs(mean), (
+        f"{name}: mean {m:.5f}, expected {mean:.5f} (+-{SIGMAS * se_mean:.5f})"
+    )
     central4 = fourth if fourth is not None else 3 * var * var
     se_var = math.sqrt(max(central4 - var * var, 1e-12) / x.numel())
-    assert abs(v - var) <= SIGMAS * se_var + 2e-3 * var, f"{name}: variance {v:.5f}, expected {var:.5f} (+-{SIGMAS * se_var:.5f})"
+    assert abs(v - var) <= SIGMAS * se_var + 2e-3 * var, (
+        f"{name}: variance {v:.5f}, expected {var:.5f} (+-{SIGMAS * se_var:.5f})"
+    )
 
 
 DISTRIBUTIONS: dict[str, tuple[str, Callable[[torch.dtype], torch.Tensor], float, float, float | None]] = {
     # name: (aten op, draw, mean, variance, fourth central moment)
     "rand": ("aten::rand", lambda d: torch.rand(N, device="flagos", dtype=d), 0.5, 1 / 12, 1 / 80),
     "randn": ("aten::randn", lambda d: torch.randn(N, device="flagos", dtype=d), 0.0, 1.0, 3.0),
-    "normal": ("aten::normal.float_float", lambda d: torch.normal(2.0, 3.0, (N,), device="flagos", dtype=d), 2.0, 9.0, 243.0),
-    "bernoulli": ("aten::bernoulli.p", lambda d: torch.bernoulli(torch.full((N,), 0.3, device="flagos", dtype=d)), 0.3, 0.21, 0.3 * 0.7 * (1 - 3 * 0.21)),
-    "uniform_": ("aten::uniform_", lambda d: torch.empty(N, device="flagos", dtype=d).uniform_(-2.0, 4.0), 1.0, 3.0, 6**4 / 80),
+    "normal": (
+        "aten::normal.float_float",
+        lambda d: torch.normal(2.0, 3.0, (N,), device="flagos", dtype=d),
+        2.0,
+        9.0,
+        243.0,
+    ),
+    "bernoulli": (
+        "aten::bernoulli.p",
+        lambda d: torch.bernoulli(torch.full((N,), 0.3, device="flagos", dtype=d)),
+        0.3,
+        0.21,
+        0.3 * 0.7 * (1 - 3 * 0.21),
+    ),
+    "uniform_": (
+        "aten::uniform_",
+        lambda d: torch.empty(N, device="flagos", dtype=d).uniform_(-2.0, 4.0),
+        1.0,
+        3.0,
+        6**4 / 80,
+    ),
 }
 
 
@@ -126,9 +151,13 @@ def test_multinomial(fl: Any) -> None:
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < 30.0, f"counts {counts.tolist()} are off the probabilities (chi-square {chi2:.1f} on 3 dof)"
     torch.manual_seed(77)
-    assert torch.equal(draws.cpu(), torch.multinomial(probs, N, replacement=True).cpu()), "not reproducible under the same seed"
+    assert torch.equal(draws.cpu(), torch.multinomial(probs, N, replacement=True).cpu()), (
+        "not reproducible under the same seed"
+    )
     without = torch.multinomial(probs, 4, replacement=False).cpu()
-    assert sorted(without.tolist()) == [0, 1, 2, 3], f"sampling without replacement repeated a category: {without.tolist()}"
+    assert sorted(without.tolist()) == [0, 1, 2, 3], (
+        f"sampling without replacement repeated a category: {without.tolist()}"
+    )
 
 
 @pytest.mark.fl_case(op="aten::native_dropout")
@@ -140,5 +169,7 @@ def test_dropout_masks_follow_the_seed(fl: Any) -> None:
     b = torch.nn.functional.dropout(x, p=0.25, training=True).cpu()
     assert torch.equal(a, b), "dropout masks differ under the same seed"
     kept = (a != 0).double().mean().item()
-    assert abs(kept - 0.75) < 6 * math.sqrt(0.75 * 0.25 / 4096), f"dropout kept {kept:.3f} of the elements, expected 0.75"
+    assert abs(kept - 0.75) < 6 * math.sqrt(0.75 * 0.25 / 4096), (
+        f"dropout kept {kept:.3f} of the elements, expected 0.75"
+    )
     assert torch.allclose(a[a != 0], torch.tensor(1 / 0.75)), "kept elements are not scaled by 1/(1-p)"

@@ -4,6 +4,7 @@ The backing's mechanism carries them (shared memory on a host backing, CUDA IPC 
 tensor sent to another process arrives there as a flagos tensor, and what that process writes into it
 the sender sees. One spawned process per run, every wait bounded.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -4,6 +4,7 @@ COO tensors and the compressed layouts (CSR, CSC, BSR, BSC) are structure around
 the native route runs the backing's sparse kernels on aliases of those members. Each case builds
 the same tensor on the CPU and on flagos and compares values (and indices where they are defined).
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -22,6 +22,7 @@ goes on with its next case in a fresh worker (later cases of a key that failed o
 skipped: its verdict is already failed, and each crash or hang costs a worker). Ops without a
 generator are listed as skipped cases `sweep/<op>/-/<path>/not-swept`, with the reason.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,6 +32,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from torch_fl.conformance import compare
 from torch_fl.conformance.sizes import HEAVY, LAYOUT_DIMS, LAYOUTS, MIXED_SIZES, SIZES
 from torch_fl.conformance.sweepcall import (
@@ -64,8 +66,13 @@ LAYOUT_CATEGORIES: dict[str, frozenset[str]] = {
     "channels_last": frozenset({"elementwise", "conv"}),
 }
 """Layouts that apply to some categories only (the others apply to every category)."""
-ROLE_DTYPES: dict[str, torch.dtype] = {"condition": torch.bool, "mask": torch.bool, "scale_a": torch.float32,
-                                        "scale_b": torch.float32, "scale_result": torch.float32}
+ROLE_DTYPES: dict[str, torch.dtype] = {
+    "condition": torch.bool,
+    "mask": torch.bool,
+    "scale_a": torch.float32,
+    "scale_b": torch.float32,
+    "scale_result": torch.float32,
+}
 """Tensor arguments whose dtype the op fixes, whatever the dtype of the case."""
 FOUR_D = (2, 3, 5, 7)
 """The elementwise dims of the channels_last case."""
@@ -166,9 +173,12 @@ def _dims_name(dims: tuple[int, ...]) -> str:
 
 
 def _tensor_roles(overload: torch._ops.OpOverload) -> list[str]:
-    return [a.name for a in overload._schema.arguments
-            if str(getattr(a, "real_type", a.type)) in ("Tensor", "Optional[Tensor]")
-            and not (a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)]
+    return [
+        a.name
+        for a in overload._schema.arguments
+        if str(getattr(a, "real_type", a.type)) in ("Tensor", "Optional[Tensor]")
+        and not (a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
+    ]
 
 
 def _has_out(overload: torch._ops.OpOverload) -> bool:
@@ -282,8 +292,10 @@ def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
         try:
             outs = None
             if plan.call.out_slots:
-                probe = {name: torch.empty(0, dtype=spec.out_dtype or torch_dtype, device="flagos")
-                         for _, name in plan.call.out_slots}
+                probe = {
+                    name: torch.empty(0, dtype=spec.out_dtype or torch_dtype, device="flagos")
+                    for _, name in plan.call.out_slots
+                }
                 probe_args, probe_kwargs, _ = Plan(plan.call, overload).place("flagos")
                 probed = leaves(overload(*probe_args, **{**probe_kwargs, **probe}))
                 outs = _out_buffers(plan, [t for t in probed if isinstance(t, torch.Tensor)], spec)
@@ -292,8 +304,14 @@ def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
             fl.synchronize()
         except Exception as exc:  # the native route rejects this call: nothing to compare a path with
             if spec.layout is None and not spec.name.startswith("mixed"):
-                _skip_all(fl, ids, todo, op, dtype, f"the native route rejects this call: {type(exc).__name__}: "
-                                                    f"{str(exc)[:300]}")
+                _skip_all(
+                    fl,
+                    ids,
+                    todo,
+                    op,
+                    dtype,
+                    f"the native route rejects this call: {type(exc).__name__}: {str(exc)[:300]}",
+                )
             continue
         deterministic = same_results(native, again)
         cpu_args, cpu_kwargs, _ = Plan(with_outs(plan.call, outs), overload).place("cpu")

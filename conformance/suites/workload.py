@@ -14,6 +14,7 @@ such run is case `workload/<path>/<overload>`: a route whose losses depart from 
 run crashes, is vetoed for every gate key it ran with. A run that trains proves nothing by itself
 (losses agree only loosely): the keys it reached still need the ops suite's cases.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from torch_fl.conformance.watch import Watch
 from torch_fl.routing.constraints import refusal
 from torch_fl.workloads import decoder

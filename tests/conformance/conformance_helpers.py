@@ -1,4 +1,5 @@
 """Shared helpers for the conformance suite's own tests: running `torch-fl conformance run` for real."""
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,11 @@ def conformance(args: list[str], env: dict[str, str], timeout: float = 600) -> d
     """Run `torch-fl conformance run ... --json` and return its JSON (asserting it printed one), with
     the command's exit status added as `cli_exit`."""
     proc = subprocess.run(
-        [*cli_command(), "conformance", "run", *args, "--json"], env=env, capture_output=True, text=True, timeout=timeout
+        [*cli_command(), "conformance", "run", *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     try:
         data = json.loads(proc.stdout)

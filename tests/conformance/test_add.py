@@ -1,10 +1,14 @@
 """--add: a short run adds its cases to a complete record, and leaves an unfit one alone."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 from conformance_helpers import cases_by_id, conformance, run_env
+
+pytestmark = pytest.mark.slow  # each test runs the conformance command in a subprocess
 
 
 def test_add_keeps_the_record_and_adds_the_suite(tmp_path: Path) -> None:

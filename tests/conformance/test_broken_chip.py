@@ -6,6 +6,7 @@ must still finish, with each failure recorded under its op, dtype and path, with
 status and a message saying what was wrong; and the record it writes must make the loader's gate
 enable exactly the vendor routes whose cases all passed.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -15,8 +16,19 @@ from typing import Any
 import pytest
 from conformance_helpers import FIXTURES, cases_by_id, conformance, run_env
 
-ITEMS = ["abs-float32", "exp-float32", "mul-float16", "mul-float32", "sin-float32", "sub-float32",
-         "bernoulli-float32", "nn.functional.relu-float32", "cos-float32"]
+pytestmark = pytest.mark.slow  # a whole conformance run of the planted-defect chip
+
+ITEMS = [
+    "abs-float32",
+    "exp-float32",
+    "mul-float16",
+    "mul-float32",
+    "sin-float32",
+    "sub-float32",
+    "bernoulli-float32",
+    "nn.functional.relu-float32",
+    "cos-float32",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +59,13 @@ def _case(run: dict[str, Any], item: str, op: str, path: str = "vendor") -> dict
     statuses = [c["status"] for c in parts]
     worst = next((s for s in FAILING if s in statuses), "passed" if "passed" in statuses else statuses[0])
     bad = [c for c in parts if c["status"] != "passed"]
-    return {"id": case_id, "status": worst, "message": "; ".join(c["message"] for c in bad),
-            "fingerprint": next((c["fingerprint"] for c in bad if c["fingerprint"]), None), "parts": parts}
+    return {
+        "id": case_id,
+        "status": worst,
+        "message": "; ".join(c["message"] for c in bad),
+        "fingerprint": next((c["fingerprint"] for c in bad if c["fingerprint"]), None),
+        "parts": parts,
+    }
 
 
 def test_the_run_completes_and_writes_record_and_summary(broken_run):
@@ -107,8 +124,11 @@ def test_device_poisoning_error_fails_its_case_and_the_item_goes_on(broken_run):
     case = _case(broken_run, "cos-float32", "aten::cos")
     assert case["status"] == "failed" and "illegal memory access" in case["message"], case
     # the worker ended itself after journaling that case; the re-queued item finished in a fresh one
-    later = [c for i, c in broken_run["cases"].items()
-             if i.startswith("ops/cos/float32/vendor/") and not i.startswith(case["id"])]
+    later = [
+        c
+        for i, c in broken_run["cases"].items()
+        if i.startswith("ops/cos/float32/vendor/") and not i.startswith(case["id"])
+    ]
     assert later and all(c["status"] in ("passed", "skipped") for c in later), later
 
 
@@ -135,4 +155,3 @@ def test_gate_enables_exactly_the_passed_vendor_combinations(broken_run):
     for (op, key), passed in outcome.items():
         assert gate.allows(op, key, "vendor") == passed, (op, key, passed)
     assert not gate.allows("aten::relu", "float16@tiny", "vendor"), "a key never run must stay disabled"
-

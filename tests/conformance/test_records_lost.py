@@ -4,6 +4,7 @@ The complete record is made by the smallest real run (the rng suite, one worker)
 record folder; each test then does to it what a person or a CI job would: a quick subset check,
 a run killed midway, a second run started while one is going, `--resume` with nothing to resume.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,12 +20,14 @@ from pathlib import Path
 import pytest
 from conformance_helpers import cases_by_id, cli_command, conformance, run_env
 
+from torch_fl import filelock
 from torch_fl.conformance import journal, recordfile
 from torch_fl.conformance.runner import PATHS, SUITES, RunOptions, destination, suite_file
-from torch_fl import filelock
 from torch_fl.filelock import LockHeld, hold
 from torch_fl.platform.record import installed_version, load_record
 from torch_fl.platform.versions import minor_line
+
+pytestmark = pytest.mark.slow  # conformance runs that are killed and resumed
 
 LINE = minor_line(installed_version("torch") or "0")
 RECORD = f"torch-{LINE}.json"
@@ -59,8 +62,14 @@ def _journaled_cases(path: Path) -> int:
 
 def _start(args: list[str]) -> subprocess.Popen:
     """`torch-fl conformance run ARGS --json` in a session of its own, so the test can end all of it."""
-    return subprocess.Popen([*cli_command(), "conformance", "run", *args, "--json"], env=run_env(),
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return subprocess.Popen(
+        [*cli_command(), "conformance", "run", *args, "--json"],
+        env=run_env(),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 def _wait_for_cases(folder: Path, proc: subprocess.Popen, count: int, timeout: float = 300) -> None:
@@ -78,7 +87,7 @@ def _stat(pid: int) -> list[str] | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat[stat.rindex(")") + 2:].split()
+    return stat[stat.rindex(")") + 2 :].split()
 
 
 def _descendants(pid: int) -> dict[int, str]:
@@ -188,8 +197,13 @@ def test_resume_without_a_journal_refuses(tmp_path: Path) -> None:
 def test_a_second_run_refuses_naming_the_first(running) -> None:
     first, folder, _ = running
     header = journal.header(journal.journal_path(folder / RECORD))
-    second = subprocess.run([*cli_command(), "conformance", "run", *OPS, "--record-dir", str(folder), "--json"],
-                            env=run_env(), capture_output=True, text=True, timeout=300)
+    second = subprocess.run(
+        [*cli_command(), "conformance", "run", *OPS, "--record-dir", str(folder), "--json"],
+        env=run_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = json.loads(second.stdout)
     assert second.returncode != 0 and not out["ok"], out
     assert f"pid {first.pid}" in out["error"] and "started" in out["error"], out["error"]
@@ -217,10 +231,29 @@ def test_killing_the_command_ends_its_pytest_and_workers(running, sig) -> None:
 def test_the_plugin_refuses_resume_without_a_journal(tmp_path: Path) -> None:
     """Used directly (pytest -p torch_fl.conformance.plugin), the plugin refuses too."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", suite_file("rng"), "-p", "torch_fl.conformance.plugin",
-         "-p", "no:cacheprovider", "--fl-platform", "host_ref", "--fl-record", str(tmp_path / RECORD),
-         "--fl-resume", "-k", "test_multinomial", "-q"],
-        env=run_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            suite_file("rng"),
+            "-p",
+            "torch_fl.conformance.plugin",
+            "-p",
+            "no:cacheprovider",
+            "--fl-platform",
+            "host_ref",
+            "--fl-record",
+            str(tmp_path / RECORD),
+            "--fl-resume",
+            "-k",
+            "test_multinomial",
+            "-q",
+        ],
+        env=run_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     assert proc.returncode == 4 and "no journal" in proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert not (tmp_path / RECORD).exists()
@@ -236,11 +269,16 @@ def test_a_dead_holders_lock_is_taken_over_and_a_live_one_refuses(tmp_path: Path
     assert not lock.exists()
     # the module alone (importing torch_fl would start torch): a holder that stays until killed
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import importlib.util, sys, time; from pathlib import Path\n"
-         f"spec = importlib.util.spec_from_file_location('filelock', {filelock.__file__!r})\n"
-         "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
-         f"with module.hold(Path({str(lock)!r}), 'x'):\n    print('held', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import importlib.util, sys, time; from pathlib import Path\n"
+            f"spec = importlib.util.spec_from_file_location('filelock', {filelock.__file__!r})\n"
+            "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+            f"with module.hold(Path({str(lock)!r}), 'x'):\n    print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"

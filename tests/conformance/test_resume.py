@@ -4,6 +4,7 @@ The run is killed with SIGKILL (process group: the CLI, pytest and its worker), 
 a lost machine would; the resumed run must not repeat the journaled cases and must end with the
 same cases as an uninterrupted run of the same selection.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conformance_helpers import cases_by_id, cli_command, conformance, run_env
+
+pytestmark = pytest.mark.slow  # each test runs the conformance command in a subprocess
 
 SELECTION = "float32 and (add or mul)"
 
@@ -39,8 +43,11 @@ def test_killed_run_resumes_and_records_every_case_once(tmp_path: Path) -> None:
     records = tmp_path / "records"
     args = ["host_ref", "--suite", "ops", "-k", SELECTION, "-n", "1", "--record-dir", str(records)]
     proc = subprocess.Popen(
-        [*cli_command(), "conformance", "run", *args, "--json"], env=run_env(), start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [*cli_command(), "conformance", "run", *args, "--json"],
+        env=run_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 300
     before: dict[str, dict] = {}
@@ -73,5 +80,7 @@ def test_killed_run_resumes_and_records_every_case_once(tmp_path: Path) -> None:
     assert len(record["machine"].get("sessions", [])) >= 2, "the resumed session is not recorded"
     assert not _journal(records), "a complete run leaves no journal behind"
 
-    fresh = conformance(["host_ref", "--suite", "ops", "-k", SELECTION, "-n", "1", "--record-dir", str(tmp_path / "fresh")], run_env())
+    fresh = conformance(
+        ["host_ref", "--suite", "ops", "-k", SELECTION, "-n", "1", "--record-dir", str(tmp_path / "fresh")], run_env()
+    )
     assert set(cases_by_id(Path(fresh["record"]))) == set(after), "the resumed run differs from an uninterrupted one"

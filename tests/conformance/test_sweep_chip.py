@@ -8,6 +8,7 @@ end; relu and tanh are correct. The record must disable each defective route for
 keys it fails, and a program run afterwards, at sizes below and above the thresholds, must get
 right results without aborting or hanging, with the good kernels served by `vendor`.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,22 @@ def sweep_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     shutil.copytree(FIXTURES / "sweep_chip", plats / "sweep_chip")
     thresholds = _draw()
     env = run_env(FLAGOS_PLATFORM_PATH=str(plats), SWEEP_CHIP_THRESHOLDS=json.dumps(thresholds))
-    out = conformance(["sweep_chip", "--suite", "sweep", "--paths", "native,vendor", "-n", "2", "--timeout", "10",
-                       "--fail-on-failure"], env, timeout=1500)
+    out = conformance(
+        [
+            "sweep_chip",
+            "--suite",
+            "sweep",
+            "--paths",
+            "native,vendor",
+            "-n",
+            "2",
+            "--timeout",
+            "10",
+            "--fail-on-failure",
+        ],
+        env,
+        timeout=1500,
+    )
     record = json.loads(Path(out["record"]).read_text())
     return {"out": out, "env": env, "thresholds": thresholds, "gate": record["gate"], "plats": plats}
 
@@ -161,8 +176,13 @@ print(json.dumps([[r.op, r.path, r.calls] for r in stats()]))
 
 def test_runtime_serves_good_keys_by_vendor_and_never_aborts_or_hangs(sweep_run):
     env = {**sweep_run["env"], "FLAGOS_PLATFORM": "sweep_chip"}
-    proc = subprocess.run([sys.executable, "-c", PROGRAM, json.dumps(sweep_run["thresholds"])], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROGRAM, json.dumps(sweep_run["thresholds"])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, f"thresholds {sweep_run['thresholds']}:\n{proc.stderr[-3000:]}"
     served = {(op, path) for op, path, _ in json.loads(proc.stdout.strip().splitlines()[-1])}
     assert ("aten::relu", "vendor") in served and ("aten::tanh", "vendor") in served, served
@@ -171,10 +191,16 @@ def test_runtime_serves_good_keys_by_vendor_and_never_aborts_or_hangs(sweep_run)
 
 
 def test_explain_names_the_failing_keys(sweep_run):
-    code = ("import json, torch_fl; from torch_fl.routing import explain; "
-            "print(json.dumps(explain('aten::neg').as_dict()))")
-    proc = subprocess.run([sys.executable, "-c", code], env={**sweep_run["env"], "FLAGOS_PLATFORM": "sweep_chip"},
-                          capture_output=True, text=True, timeout=300)
+    code = (
+        "import json, torch_fl; from torch_fl.routing import explain; print(json.dumps(explain('aten::neg').as_dict()))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**sweep_run["env"], "FLAGOS_PLATFORM": "sweep_chip"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     vendor = next(p for p in json.loads(proc.stdout.strip().splitlines()[-1])["paths"] if p["path"] == "vendor")
     assert "float32@tiny" in vendor["validated_keys"] and "float32@huge" not in vendor["validated_keys"], vendor

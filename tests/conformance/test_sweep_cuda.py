@@ -4,6 +4,7 @@ FlagGems 5.0.2's native_layer_norm_backward passes every OpInfo sample yet takes
 dimension for the row count. The sweep's norm sizes are 3-D activations, so some of its gate keys
 must fail on the flaggems path while native stays the reference; the run must complete.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,23 @@ pytestmark = [
 
 
 def test_flaggems_layer_norm_backward_fails_on_transformer_activations(tmp_path: Path) -> None:
-    out = conformance(["nvidia_h200", "--suite", "sweep", "-k", "native_layer_norm_backward-float32",
-                       "--paths", "native,flaggems", "-n", "1", "--record-dir", str(tmp_path)], run_env(), timeout=1800)
+    out = conformance(
+        [
+            "nvidia_h200",
+            "--suite",
+            "sweep",
+            "-k",
+            "native_layer_norm_backward-float32",
+            "--paths",
+            "native,flaggems",
+            "-n",
+            "1",
+            "--record-dir",
+            str(tmp_path),
+        ],
+        run_env(),
+        timeout=1800,
+    )
     assert out["complete"], out
     gate = json.loads(Path(out["record"]).read_text())["gate"]
     verdicts = gate["aten::native_layer_norm_backward"]["flaggems"]

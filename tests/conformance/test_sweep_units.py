@@ -1,10 +1,12 @@
 """The sweep suite's table and generators, without a platform: what sizes, layouts and calls it makes."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+
 from torch_fl.conformance.sizes import ELEMENTWISE_NUMELS, LAYOUTS, MIXED_SIZES, SIZES
 from torch_fl.conformance.suites.sweep import specs
 from torch_fl.conformance.sweepcall import plan_tensor
@@ -30,11 +32,20 @@ def test_the_heavy_categories_reach_the_promised_extents():
     assert max(d[1] for d in SIZES["norm"]) >= 2048
 
 
-@pytest.mark.parametrize(("op", "expected"), [
-    ("abs", "elementwise"), ("add.Tensor", "elementwise"), ("sum.dim_IntList", "reduction"), ("mm", "matmul"),
-    ("native_layer_norm", "norm"), ("native_layer_norm_backward", "norm"), ("_softmax", "norm"),
-    ("convolution", "conv"), ("_to_copy", "elementwise"),
-])
+@pytest.mark.parametrize(
+    ("op", "expected"),
+    [
+        ("abs", "elementwise"),
+        ("add.Tensor", "elementwise"),
+        ("sum.dim_IntList", "reduction"),
+        ("mm", "matmul"),
+        ("native_layer_norm", "norm"),
+        ("native_layer_norm_backward", "norm"),
+        ("_softmax", "norm"),
+        ("convolution", "conv"),
+        ("_to_copy", "elementwise"),
+    ],
+)
 def test_category(op, expected):
     from torch_fl.kernels.base import resolve
 
@@ -97,10 +108,17 @@ def test_a_layer_norm_backward_gets_per_row_statistics():
     assert shapes["weight"] == (1024,) and call.args[-1] == [True, True, True]
 
 
-@pytest.mark.parametrize(("category_name", "op"), [
-    ("reduction", "sum.dim_IntList"), ("matmul", "mm"), ("matmul", "addmm"), ("norm", "native_layer_norm"),
-    ("attention", "_scaled_dot_product_flash_attention_for_cpu"), ("conv", "convolution"),
-])
+@pytest.mark.parametrize(
+    ("category_name", "op"),
+    [
+        ("reduction", "sum.dim_IntList"),
+        ("matmul", "mm"),
+        ("matmul", "addmm"),
+        ("norm", "native_layer_norm"),
+        ("attention", "_scaled_dot_product_flash_attention_for_cpu"),
+        ("conv", "convolution"),
+    ],
+)
 def test_every_category_reaches_every_size_class_by_its_largest_argument(category_name, op):
     from torch_fl.kernels.base import resolve
 

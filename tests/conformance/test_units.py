@@ -1,4 +1,5 @@
 """The suite's building blocks, without running it: comparison, journal, record, crash reports."""
+
 from __future__ import annotations
 
 import json
@@ -7,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from torch_fl.conformance import compare, crash, journal, recordfile, summary
 from torch_fl.conformance.fingerprint import fingerprint
-from torch_fl.numerics import tolerances
 from torch_fl.conformance.recorder import inflight_path
-
+from torch_fl.numerics import tolerances
 from torch_fl.platform.record import Record, load_evidence
 
 
@@ -56,7 +57,9 @@ def test_metadata_checks_strides_of_dense_results_only() -> None:
 def test_alias_patterns() -> None:
     x = torch.zeros(4)
     assert compare.alias_pattern([x[1:], torch.zeros(2)], [x]) == {(0, 0)}
-    assert compare.compare_alias_patterns({(0, 0)}, set()) == ["output 0 shares storage with input 0, which PyTorch's kernel does not"]
+    assert compare.compare_alias_patterns({(0, 0)}, set()) == [
+        "output 0 shares storage with input 0, which PyTorch's kernel does not"
+    ]
     assert "copy" in compare.compare_alias_patterns(set(), {(0, 0)})[0]
 
 
@@ -85,24 +88,50 @@ def test_journal_reader_is_incremental_and_skips_a_torn_line(tmp_path: Path) -> 
 
 # ---- record
 def _entry(case_id: str, status: str, suite: str = "ops", path: str | None = "native", message: str = "") -> dict:
-    return {"kind": "case", "id": case_id, "suite": suite, "op": "aten::mm", "dtype": "float32", "path": path,
-            "status": status, "message": message, "fingerprint": None if status == "passed" else "abc", "duration_s": 0.1}
+    return {
+        "kind": "case",
+        "id": case_id,
+        "suite": suite,
+        "op": "aten::mm",
+        "dtype": "float32",
+        "path": path,
+        "status": status,
+        "message": message,
+        "fingerprint": None if status == "passed" else "abc",
+        "duration_s": 0.1,
+    }
 
 
 def test_record_has_the_loader_fields_and_keeps_the_last_entry_of_a_case(tmp_path: Path) -> None:
     collector = recordfile.Collector()
     binding = {"descriptor_hash": "sha256:x", "torch": "2.13", "torch_version": "2.13.0"}
-    header = {"kind": "run", "platform": "p", "binding": binding, "started": "now", "machine": {"workers": 2},
-              "selection": {"k": "mm"}}
-    collector.feed([header, _entry("ops/a", "crashed"), _entry("ops/a", "passed"), _entry("ops/b", "failed", message="bad"),
-                    _entry("ops/c", "unjudged", message="not every part was compared"), _entry("amp/d", "passed", "amp", None),
-                    _entry("ops/e", "skipped", message="no sample applies")])
+    header = {
+        "kind": "run",
+        "platform": "p",
+        "binding": binding,
+        "started": "now",
+        "machine": {"workers": 2},
+        "selection": {"k": "mm"},
+    }
+    collector.feed(
+        [
+            header,
+            _entry("ops/a", "crashed"),
+            _entry("ops/a", "passed"),
+            _entry("ops/b", "failed", message="bad"),
+            _entry("ops/c", "unjudged", message="not every part was compared"),
+            _entry("amp/d", "passed", "amp", None),
+            _entry("ops/e", "skipped", message="no sample applies"),
+        ]
+    )
     record, cases = recordfile.build(collector, complete=True, finished="later")
     assert [c["id"] for c in cases] == ["amp/d", "ops/a", "ops/b", "ops/c", "ops/e"]
     assert [c["id"] for c in record["failures"]] == ["ops/b"]
     s = record["summary"]
     assert s["by_status"] == {"passed": 2, "failed": 1, "unjudged": 1, "skipped": 1}
-    assert s["ops_criterion"]["judged"] == 2 and s["ops_criterion"]["rate"] == 0.5 and s["ops_criterion"]["unjudged"] == 1
+    assert (
+        s["ops_criterion"]["judged"] == 2 and s["ops_criterion"]["rate"] == 0.5 and s["ops_criterion"]["unjudged"] == 1
+    )
     assert record["machine"]["selection"] == {"k": "mm"}
     target = tmp_path / "records" / "torch-2.13.json"
     recordfile.write(target, record, cases)
@@ -118,12 +147,26 @@ def _marker(run_dir: Path, worker: str, trace: str, started_ago: float, timeout:
     (run_dir / "inflight").mkdir(parents=True)
     trace_file = run_dir / "inflight" / f"{worker}.trace"
     trace_file.write_text(trace)
-    inflight_path(run_dir, worker).write_text(json.dumps({
-        "item": "ops.py::test_op[x]", "case": {"id": "ops/x/float32/vendor/aten::x", "suite": "ops", "op": "aten::x",
-                                               "dtype": "float32", "path": "vendor", "keys": ["float32@large"]},
-        "item_level": False, "started": time.time() - started_ago, "timeout": timeout, "trace": str(trace_file),
-        "trace_offset": 0,
-    }))
+    inflight_path(run_dir, worker).write_text(
+        json.dumps(
+            {
+                "item": "ops.py::test_op[x]",
+                "case": {
+                    "id": "ops/x/float32/vendor/aten::x",
+                    "suite": "ops",
+                    "op": "aten::x",
+                    "dtype": "float32",
+                    "path": "vendor",
+                    "keys": ["float32@large"],
+                },
+                "item_level": False,
+                "started": time.time() - started_ago,
+                "timeout": timeout,
+                "trace": str(trace_file),
+                "trace_offset": 0,
+            }
+        )
+    )
 
 
 def test_crash_report_names_the_fault_and_the_kernel(tmp_path: Path) -> None:
@@ -143,8 +186,10 @@ def test_crash_report_names_the_fault_and_the_kernel(tmp_path: Path) -> None:
 
 
 def test_timeout_report(tmp_path: Path) -> None:
-    trace = "Timeout (0:00:05)!\nThread 0x01 (most recent call first):\n" \
-            '  File "/chips/acme/kernels.py", line 3 in hang\n  File "/x/_pytest/runner.py", line 1 in call\n'
+    trace = (
+        "Timeout (0:00:05)!\nThread 0x01 (most recent call first):\n"
+        '  File "/chips/acme/kernels.py", line 3 in hang\n  File "/x/_pytest/runner.py", line 1 in call\n'
+    )
     _marker(tmp_path, "gw1", trace, started_ago=6, timeout=5)
     entry = crash.diagnose(tmp_path, "gw1", "ops.py::test_op[x]")
     assert entry["status"] == "timeout" and "5 s" in entry["message"] and "kernels.py:3 in hang" in entry["message"]

@@ -70,7 +70,8 @@ def test_snapshot_regenerates_from_source(tmp_path):
         # body; say so in the test summary instead of skipping.
         warnings.warn(
             "flag-gems source not found (FLAGGEMS_WHEEL, /tmp/fg, .whl/): snapshot checked "
-            "against its own digest only, not regenerated"
+            "against its own digest only, not regenerated",
+            stacklevel=1,
         )
         assert ft.snapshot_header()["sha256"] == ft._body_digest(ft.snapshot_ops())
         return
@@ -92,9 +93,7 @@ def test_snapshot_ops_exist_in_torch_registry():
 def test_special_composite_implicit_matches_torch():
     present = [op for op in ft.snapshot_ops() if _schema_exists(op)]
     composite = {
-        op
-        for op in present
-        if torch._C._dispatch_has_kernel_for_dispatch_key(op, "CompositeImplicitAutograd")
+        op for op in present if torch._C._dispatch_has_kernel_for_dispatch_key(op, "CompositeImplicitAutograd")
     }
     assert composite == set(ft._COMPOSITE_IMPLICIT), (
         f"torch {torch.__version__}: missing {sorted(composite - ft._COMPOSITE_IMPLICIT)}, "

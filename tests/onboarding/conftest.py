@@ -3,6 +3,7 @@
 Every test writes into its own temporary folder (a FLAGOS_PLATFORM_PATH folder and a repository
 root), never into the checkout's platforms/.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

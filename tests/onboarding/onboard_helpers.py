@@ -1,4 +1,5 @@
 """Helpers of the onboarding tests (a module of its own: `conftest` is a name every test folder uses)."""
+
 from __future__ import annotations
 
 import importlib.util

@@ -1,12 +1,13 @@
 """Files are replaced atomically: a failure leaves the old file whole and no temporary file behind."""
+
 from __future__ import annotations
 
 import os
 import stat
 
 import pytest
-
 from onboard_helpers import make, snapshot
+
 from torch_fl.onboarding import onboard as onboard_module
 from torch_fl.onboarding import writer
 from torch_fl.onboarding.errors import OnboardError

@@ -1,4 +1,5 @@
 """--dry-run reports what would happen and writes nothing."""
+
 from __future__ import annotations
 
 from onboard_helpers import cli, snapshot
@@ -28,6 +29,7 @@ def test_dry_run_reports_updates_and_edits_without_writing(repo):
 
 def test_dry_run_human_output(repo):
     from onboard_helpers import runner
+
     from torch_fl.cli import app
 
     result = runner.invoke(app, [*ARGS, "--dry-run"])

@@ -1,4 +1,5 @@
 """A file a person edited is never overwritten without --force; it is reported and the exit code says so."""
+
 from __future__ import annotations
 
 from onboard_helpers import cli, make

@@ -11,6 +11,7 @@ Everything runs through the installed `torch-fl` command and fresh interpreters,
 this test process (its own active platform, its imports) leaks in. Budget: 10 minutes on 2 cores;
 the conformance subset is one OpInfo in one dtype with one worker.
 """
+
 from __future__ import annotations
 
 import json
@@ -123,15 +124,21 @@ class Session:
         self.env["PYTHONUNBUFFERED"] = "1"
         self.timings: dict[str, float] = {}
 
-    def run(self, label: str, argv: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self, label: str, argv: list[str], timeout: float, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
         started = time.monotonic()
-        result = subprocess.run(argv, cwd=self.root, env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run(
+            argv, cwd=self.root, env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout
+        )
         self.timings[label] = round(time.monotonic() - started, 1)
         return result
 
     def torch_fl(self, *args: str, timeout: float = 180) -> dict:
         result = self.run(" ".join(args[:2]), [torch_fl_command(), *args, "--json"], timeout)
-        assert result.returncode == 0, f"torch-fl {' '.join(args)}: exit {result.returncode}\n{result.stdout}\n{result.stderr[-4000:]}"
+        assert result.returncode == 0, (
+            f"torch-fl {' '.join(args)}: exit {result.returncode}\n{result.stdout}\n{result.stderr[-4000:]}"
+        )
         return json.loads(result.stdout)
 
 
@@ -157,7 +164,20 @@ def onboard_to_training(tmp_path: Path, chip: str, onboard_options: list[str], b
     module.write_text(text[:stub].rstrip("\n") + "\n\n" + KERNEL)
 
     # 3. conformance on a subset (add-vendor-kernel, step 3), then triage
-    run = s.torch_fl("conformance", "run", chip, "--suite", "ops,sweep", "-k", SUBSET, "--paths", "native,vendor", "-n", "1", timeout=480)
+    run = s.torch_fl(
+        "conformance",
+        "run",
+        chip,
+        "--suite",
+        "ops,sweep",
+        "-k",
+        SUBSET,
+        "--paths",
+        "native,vendor",
+        "-n",
+        "1",
+        timeout=480,
+    )
     assert run["ok"] and run["complete"], run
     assert run["by_path"]["vendor"]["passed"] >= 1 and run["distinct_failures"] == 0, run
     assert Path(run["record"]) == folder / "records" / Path(run["record"]).name

@@ -1,4 +1,5 @@
 """Re-running onboard changes nothing: same bytes, every file reported unchanged."""
+
 from __future__ import annotations
 
 from onboard_helpers import cli, make, snapshot
@@ -19,8 +20,12 @@ def test_json_report_shape(repo):
     assert data["platform"] == "demo_chip"
     paths = [f["path"] for f in data["files"]]
     assert paths == [
-        "plats/demo_chip/platform.yaml", "plats/demo_chip/vendor_kernels.py", "plats/demo_chip/routes.yaml",
-        "plats/demo_chip/README.md", ".github/workflows/flagos-demo_chip.yml", "plats/demo_chip/.onboard.json",
+        "plats/demo_chip/platform.yaml",
+        "plats/demo_chip/vendor_kernels.py",
+        "plats/demo_chip/routes.yaml",
+        "plats/demo_chip/README.md",
+        ".github/workflows/flagos-demo_chip.yml",
+        "plats/demo_chip/.onboard.json",
     ]
     # plats is on FLAGOS_PLATFORM_PATH here, so the next steps are plain commands
     assert "torch-fl conformance run demo_chip --json" in data["next_steps"]

@@ -1,12 +1,13 @@
 """`torch-fl kernel add`: stub in the vendor module, vendor first in routes.yaml, the op in the descriptor."""
+
 from __future__ import annotations
 
 import shutil
 
 import pytest
 import torch
-
 from onboard_helpers import cli, make, snapshot, vendor_module
+
 from torch_fl.onboarding.vendor import function_name, normalize_op
 from torch_fl.platform.discovery import discover
 from torch_fl.platform.loader import load_descriptor
@@ -23,7 +24,9 @@ def test_add_writes_stub_route_and_descriptor(chip):
     data = cli("kernel", "add", "demo_chip", "--op", "aten::silu")
     assert data["ok"] and data["op"] == "aten::silu" and data["function"] == "silu" and data["stub_added"]
     assert {f["path"]: f["action"] for f in data["files"]} == {
-        "vendor_kernels.py": "updated", "routes.yaml": "updated", "platform.yaml": "updated",
+        "vendor_kernels.py": "updated",
+        "routes.yaml": "updated",
+        "platform.yaml": "updated",
     }
     descriptor = load_descriptor(chip)
     assert descriptor.kernels.vendor.ops == {"aten::relu": "relu", "aten::silu": "silu"}
@@ -65,7 +68,11 @@ def test_an_existing_function_is_mapped_not_stubbed(chip):
 def test_implemented_kernel_is_not_touched(chip):
     cli("kernel", "add", "demo_chip", "--op", "aten::silu")
     module = chip / "vendor_kernels.py"
-    module.write_text(module.read_text().replace("return torch.ops.aten.silu.default(*args, **kwargs)", "return args[0] * torch.sigmoid(args[0])"))
+    module.write_text(
+        module.read_text().replace(
+            "return torch.ops.aten.silu.default(*args, **kwargs)", "return args[0] * torch.sigmoid(args[0])"
+        )
+    )
     mine = module.read_text()
     cli("kernel", "add", "demo_chip", "--op", "aten::silu")
     assert module.read_text() == mine

@@ -1,9 +1,10 @@
 """Bad names and options get a clear error, and nothing at all is written."""
+
 from __future__ import annotations
 
 import pytest
-
 from onboard_helpers import cli, make, snapshot
+
 from torch_fl.onboarding.errors import OnboardError
 from torch_fl.onboarding.names import RESERVED, check_name
 
@@ -75,6 +76,7 @@ def test_bad_like_writes_nothing(repo, args, words):
 
 def test_bad_backing_is_a_usage_error(repo):
     from onboard_helpers import runner
+
     from torch_fl.cli import app
 
     result = runner.invoke(app, ["onboard", "--chip", "demo_chip", "--backing", "tpu"])

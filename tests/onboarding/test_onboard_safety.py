@@ -1,4 +1,5 @@
 """Onboard keeps its manifest and files consistent: concurrent runs, kernel add, interrupted runs."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,8 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from onboard_helpers import cli, make
+
 from torch_fl.filelock import LockHeld
 from torch_fl.onboarding import writer
 from torch_fl.onboarding.writer import Manifest, digest
@@ -73,8 +74,10 @@ def test_a_second_onboard_of_the_name_refuses_while_the_first_writes(repo, monke
 def test_onboard_and_kernel_add_refuse_while_the_lock_is_held(repo):
     make(repo)
     with writer.locked(repo / "plats" / CHIP):
-        refusals = [cli("onboard", "--chip", CHIP, "--platforms-dir", "plats", code=1),
-                    cli("kernel", "add", CHIP, "--op", "aten::silu", code=1)]
+        refusals = [
+            cli("onboard", "--chip", CHIP, "--platforms-dir", "plats", code=1),
+            cli("kernel", "add", CHIP, "--op", "aten::silu", code=1),
+        ]
         dry = cli("onboard", "--chip", CHIP, "--platforms-dir", "plats", "--dry-run")  # reads only: no lock
     for out in refusals:
         assert not out["ok"] and f"pid {os.getpid()}" in out["error"] and ".demo_chip.lock" in out["error"], out
@@ -112,8 +115,11 @@ def test_kernel_add_keeps_a_persons_edit_theirs(repo):
 def test_orphans_of_an_interrupted_run_are_removed(repo):
     make(repo)
     folder = repo / "plats" / CHIP
-    orphans = [folder / ".platform.yaml.k3j4h5g6.tmp", folder / ".routes.yaml.4194999.abcdefgh.tmp",
-               repo / ".github" / "workflows" / ".flagos-demo_chip.yml.4194999.abcdefgh.tmp"]
+    orphans = [
+        folder / ".platform.yaml.k3j4h5g6.tmp",
+        folder / ".routes.yaml.4194999.abcdefgh.tmp",
+        repo / ".github" / "workflows" / ".flagos-demo_chip.yml.4194999.abcdefgh.tmp",
+    ]
     live = folder / f".README.md.{os.getpid()}.abcdefgh.tmp"  # a writer still at work
     for path in [*orphans, live]:
         path.write_text("half")
@@ -139,8 +145,14 @@ def test_a_signal_mid_write_leaves_no_temporary_file(repo, sig):
         from torch_fl.cli import main
         main()
     """)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "FLAGOS_PLATFORM_PATH": str(repo / "plats")})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "FLAGOS_PLATFORM_PATH": str(repo / "plats")},
+    )
     assert proc.returncode == 128 + int(sig), proc.stdout[-2000:] + proc.stderr[-2000:]
     assert not _leftovers(repo)
     report = make(repo)  # the next run completes the work

@@ -1,4 +1,5 @@
 """The shipped skills: Agent Skills format, and every `torch-fl` command they name exists with its options."""
+
 from __future__ import annotations
 
 import re
@@ -8,8 +9,8 @@ from typing import Any
 
 import pytest
 import typer
-
 from onboard_helpers import cli, runner
+
 from torch_fl.cli import app
 from torch_fl.skills.catalog import all_skills, front_matter, skills_root
 
@@ -44,7 +45,9 @@ def resolve(argv: list[str]) -> tuple[list[str], Any, list[str]]:
 
 
 def options_of(command: Any) -> set[str]:
-    return {opt for param in command.params for opt in getattr(param, "opts", []) + getattr(param, "secondary_opts", [])}
+    return {
+        opt for param in command.params for opt in getattr(param, "opts", []) + getattr(param, "secondary_opts", [])
+    }
 
 
 def test_the_required_skills_ship():
@@ -81,14 +84,21 @@ def test_every_step_has_a_json_command_and_an_exit_criterion(name):
 
 
 def _all_commands() -> list[tuple[str, str]]:
-    return [(name, command) for name in SKILLS for command in commands_in((skills_root() / name / "SKILL.md").read_text())]
+    return [
+        (name, command) for name in SKILLS for command in commands_in((skills_root() / name / "SKILL.md").read_text())
+    ]
 
 
 @pytest.mark.parametrize(("skill", "command"), _all_commands())
 def test_command_exists_with_its_options(skill, command):
     words = shlex.split(command.split(" > ")[0])[1:]
     path, resolved, rest = resolve(words)
-    if not path and words and words[0] == "conformance" and not Path(__file__).parents[2].joinpath("torch_fl/cli/conformance.py").exists():
+    if (
+        not path
+        and words
+        and words[0] == "conformance"
+        and not Path(__file__).parents[2].joinpath("torch_fl/cli/conformance.py").exists()
+    ):
         pytest.skip("torch-fl conformance is not in this checkout yet")
     assert path, f"{skill}: {command!r} names no torch-fl command"
     assert not is_group(resolved), f"{skill}: {command!r} stops at the group {' '.join(path)}"
@@ -102,7 +112,13 @@ def test_command_exists_with_its_options(skill, command):
 
 def test_commands_were_found():
     commands = {c for _, c in _all_commands()}
-    for expected in ("torch-fl onboard", "torch-fl kernel add", "torch-fl triage", "torch-fl routes tune", "torch-fl conformance run"):
+    for expected in (
+        "torch-fl onboard",
+        "torch-fl kernel add",
+        "torch-fl triage",
+        "torch-fl routes tune",
+        "torch-fl conformance run",
+    ):
         assert any(c.startswith(expected) for c in commands), expected
 
 

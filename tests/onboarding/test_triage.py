@@ -1,4 +1,5 @@
 """`torch-fl triage` on synthetic records: kinds, grouping by fingerprint, and comparison with an older run."""
+
 from __future__ import annotations
 
 import json
@@ -6,31 +7,79 @@ import shlex
 from pathlib import Path
 
 import pytest
-
 from onboard_helpers import cli, make
+
 from torch_fl.conformance import recordfile
-from torch_fl.platform.triage import classify, group_failures, read_baseline, read_record, triage
-from torch_fl.platform.record import Case, descriptor_hash, record_path
 from torch_fl.platform.loader import load_descriptor
+from torch_fl.platform.record import Case, descriptor_hash, record_path
+from torch_fl.platform.triage import classify, group_failures, read_baseline, read_record, triage
 
 
-def case(id: str, status: str, message: str = "", *, suite: str = "ops", op: str | None = "aten::silu",
-         dtype: str | None = "float32", path: str | None = "vendor", fingerprint: str | None = None) -> Case:
-    return Case(id=id, suite=suite, op=op, dtype=dtype, path=path, status=status, message=message, fingerprint=fingerprint)
+def case(
+    id: str,
+    status: str,
+    message: str = "",
+    *,
+    suite: str = "ops",
+    op: str | None = "aten::silu",
+    dtype: str | None = "float32",
+    path: str | None = "vendor",
+    fingerprint: str | None = None,
+) -> Case:
+    return Case(
+        id=id, suite=suite, op=op, dtype=dtype, path=path, status=status, message=message, fingerprint=fingerprint
+    )
 
 
 @pytest.mark.parametrize(
     ("made", "kind"),
     [
-        (case("a", "failed", "NotImplementedError: Could not run 'aten::erfinv' with arguments from the 'PrivateUse1' backend"), "unsupported-op"),
+        (
+            case(
+                "a",
+                "failed",
+                "NotImplementedError: Could not run 'aten::erfinv' with arguments from the 'PrivateUse1' backend",
+            ),
+            "unsupported-op",
+        ),
         (case("a", "error", "RuntimeError: \"silu\" not implemented for 'Half'"), "unsupported-op"),
-        (case("a", "failed", "sample 0: forward: 3/16 elements differ, first at [2]: got 1.5, expected 1.25 (rtol 1.3e-06, atol 1e-05)"), "precision"),
+        (
+            case(
+                "a",
+                "failed",
+                "sample 0: forward: 3/16 elements differ, first at [2]: got 1.5, expected 1.25 (rtol 1.3e-06, atol 1e-05)",
+            ),
+            "precision",
+        ),
         (case("a", "failed", "Tensor-likes are not close! Mismatched elements: 1 / 4"), "precision"),
         (case("a", "crashed", "worker died: SIGSEGV in vendor_kernels.py:12"), "crash"),
         (case("a", "timeout", "case took longer than 60 s"), "crash"),
-        (case("a", "error", "AttributeError: module 'torch.flagos' has no attribute 'Stream'", suite="streams", op=None, path=None), "missing-feature"),
-        (case("a", "failed", "NotImplementedError: autocast is not supported for flagos", suite="amp", op=None, path=None), "missing-feature"),
-        (case("a", "failed", "RuntimeError: Generator of device flagos is not available", suite="rng", op=None), "missing-feature"),
+        (
+            case(
+                "a",
+                "error",
+                "AttributeError: module 'torch.flagos' has no attribute 'Stream'",
+                suite="streams",
+                op=None,
+                path=None,
+            ),
+            "missing-feature",
+        ),
+        (
+            case(
+                "a",
+                "failed",
+                "NotImplementedError: autocast is not supported for flagos",
+                suite="amp",
+                op=None,
+                path=None,
+            ),
+            "missing-feature",
+        ),
+        (
+            case("a", "failed", "RuntimeError: Generator of device flagos is not available", suite="rng", op=None),
+            "missing-feature",
+        ),
         (case("a", "failed", "dtype torch.float16, expected torch.float32"), "other"),
     ],
 )
@@ -41,13 +90,28 @@ def test_classify(made, kind):
 def test_groups_by_fingerprint_largest_first():
     cases = [
         case("ops/silu/float32/vendor/aten::silu", "failed", "3/16 elements differ (rtol 1e-5)", fingerprint="f1"),
-        case("ops/silu/float16/vendor/aten::silu", "failed", "5/16 elements differ (rtol 1e-3)", dtype="float16", fingerprint="f1"),
-        case("ops/erf/float32/vendor/aten::erf", "error", "NotImplementedError: no kernel", op="aten::erf", fingerprint="f2"),
+        case(
+            "ops/silu/float16/vendor/aten::silu",
+            "failed",
+            "5/16 elements differ (rtol 1e-3)",
+            dtype="float16",
+            fingerprint="f1",
+        ),
+        case(
+            "ops/erf/float32/vendor/aten::erf",
+            "error",
+            "NotImplementedError: no kernel",
+            op="aten::erf",
+            fingerprint="f2",
+        ),
         case("ops/add/float32/native", "passed", path="native"),
         case("ops/mul/float32/native", "skipped", "baseline", path="native"),
     ]
     groups = group_failures(cases)
-    assert [(g.fingerprint, g.category, len(g.cases)) for g in groups] == [("f1", "precision", 2), ("f2", "unsupported-op", 1)]
+    assert [(g.fingerprint, g.category, len(g.cases)) for g in groups] == [
+        ("f1", "precision", 2),
+        ("f2", "unsupported-op", 1),
+    ]
     first = groups[0].as_dict("demo_chip")
     assert first["dtypes"] == ["float16", "float32"] and first["ops"] == ["aten::silu"]
     scratch = Path(".conformance-runs/rerun-demo_chip").resolve()
@@ -58,8 +122,10 @@ def test_groups_by_fingerprint_largest_first():
 
 
 def test_cases_without_fingerprint_are_grouped_by_message():
-    cases = [case(f"ops/x/{d}/vendor", "failed", f"got {v}, expected 0.5 (rtol 1e-5)", fingerprint=None)
-             for d, v in (("float32", 0.25), ("float64", 0.125))]
+    cases = [
+        case(f"ops/x/{d}/vendor", "failed", f"got {v}, expected 0.5 (rtol 1e-5)", fingerprint=None)
+        for d, v in (("float32", 0.25), ("float64", 0.125))
+    ]
     assert len(group_failures(cases)) == 1
 
 
@@ -93,7 +159,9 @@ def test_report_and_comparison_with_a_record(tmp_path):
     old_file = write_record(tmp_path / "old" / "torch-2.13.json", OLD)
     report = report_of(tmp_path, NEW, read_baseline(old_file))
     assert report["ok"] is False and report["summary"]["failing"] == 2 and report["summary"]["groups"] == 2
-    assert report["summary"]["by_category"]["precision"] == 1 and report["summary"]["by_category"]["unsupported-op"] == 1
+    assert (
+        report["summary"]["by_category"]["precision"] == 1 and report["summary"]["by_category"]["unsupported-op"] == 1
+    )
     comparison = report["comparison"]
     assert comparison["new_failures"] == ["c3"]
     assert comparison["fixed"] == ["c1"]
@@ -106,7 +174,9 @@ def test_a_saved_triage_report_is_a_baseline(tmp_path):
     saved = tmp_path / "before.json"
     saved.write_text(json.dumps(triage(*read_record(write_record(tmp_path / "old" / "torch-2.13.json", OLD)), "old")))
     comparison = report_of(tmp_path, NEW, read_baseline(saved))["comparison"]
-    assert comparison["new_failures"] == ["c3"] and comparison["fixed"] == ["c1"] and comparison["still_failing"] == ["c2"]
+    assert (
+        comparison["new_failures"] == ["c3"] and comparison["fixed"] == ["c1"] and comparison["still_failing"] == ["c2"]
+    )
 
 
 @pytest.fixture
@@ -143,8 +213,14 @@ def test_a_sweep_case_reruns_its_op_and_dtype_item(tmp_path, monkeypatch):
     from torch_fl.platform.triage import rerun_command
 
     monkeypatch.chdir(tmp_path)
-    made = case("sweep/aten::add.Tensor/int32/vendor/size=1048577/int32,int32@huge", "failed", "1 element differs",
-                suite="sweep", op="aten::add.Tensor", dtype="int32")
+    made = case(
+        "sweep/aten::add.Tensor/int32/vendor/size=1048577/int32,int32@huge",
+        "failed",
+        "1 element differs",
+        suite="sweep",
+        op="aten::add.Tensor",
+        dtype="int32",
+    )
     assert rerun_command(made, "demo_chip") == (
         f"torch-fl conformance run demo_chip --suite sweep --record-dir {tmp_path}/.conformance-runs/rerun-demo_chip "
         "-k aten::add.Tensor-int32 --paths native,vendor --json"

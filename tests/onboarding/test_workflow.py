@@ -1,5 +1,6 @@
 """The generated CI job: a GitHub Actions workflow that validates against GitHub's workflow schema
 (the copy bundled in check-jsonschema, so no network) and passes actionlint where it is installed."""
+
 from __future__ import annotations
 
 import shutil
@@ -9,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from onboard_helpers import make
 
 CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")

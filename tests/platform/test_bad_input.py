@@ -5,6 +5,7 @@ platform's broken files leave the others (and its own native/cpu routes) working
 routing variable and routes.yaml entry is checked at activation, and a platform that cannot start
 says why once, then again (naming the cause) on `device="flagos"`.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,15 +30,24 @@ from torch_fl.routing.table import RouteTableError, parse
 REPO = Path(__file__).resolve().parents[2]
 HOST_REF = shipped_root() / "host_ref"
 _LETTERS = "abcdefghijk"
-BOMB = "a: &a [" + ", ".join(['"lol"'] * 9) + "]\n" + "".join(
-    f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 9) + "]\n" for prev, cur in zip(_LETTERS, _LETTERS[1:])
+BOMB = (
+    "a: &a ["
+    + ", ".join(['"lol"'] * 9)
+    + "]\n"
+    + "".join(f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 9) + "]\n" for prev, cur in zip(_LETTERS, _LETTERS[1:]))
 )
 
 
 @pytest.fixture(autouse=True)
 def plain_machine(monkeypatch):
-    for var in ("FLAGOS_PLATFORM", "FLAGOS_PLATFORM_PATH", "FLAGOS_ALLOW_UNVALIDATED", "FLAGOS_STRICT", "FLAGOS_ROUTES",
-                "FLAGOS_ROUTE_DEFAULTS"):
+    for var in (
+        "FLAGOS_PLATFORM",
+        "FLAGOS_PLATFORM_PATH",
+        "FLAGOS_ALLOW_UNVALIDATED",
+        "FLAGOS_STRICT",
+        "FLAGOS_ROUTES",
+        "FLAGOS_ROUTE_DEFAULTS",
+    ):
         monkeypatch.delenv(var, raising=False)
     for var in [v for v in os.environ if v.startswith("FLAGOS_ROUTE_")]:
         monkeypatch.delenv(var)
@@ -47,16 +57,22 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
 
-def run_bounded(code: str, env: dict[str, str | None], timeout: float = 240,
-                limit_memory: bool = True) -> subprocess.CompletedProcess:
+def run_bounded(
+    code: str, env: dict[str, str | None], timeout: float = 240, limit_memory: bool = True
+) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter with at most 3 GiB of address space (CUDA reserves more: pass
     limit_memory=False there); a hang fails the test."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("FLAGOS_")}
     full_env.update({k: v for k, v in env.items() if v is not None})
     full_env["PYTHONUNBUFFERED"] = "1"
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=full_env, capture_output=True, text=True,
-        timeout=timeout, preexec_fn=_limit_memory if limit_memory else None,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=_limit_memory if limit_memory else None,
     )
 
 
@@ -124,7 +140,7 @@ def test_route_table_errors_name_their_line_in_a_persons_words():
     with pytest.raises(RouteTableError) as info:
         parse(text, "routes.yaml")
     message = str(info.value)
-    assert message.startswith("routes.yaml:6: ops[\"aten::mm\"].buckets[0].max_numel: expected an integer"), message
+    assert message.startswith('routes.yaml:6: ops["aten::mm"].buckets[0].max_numel: expected an integer'), message
     assert "input should be" not in message.lower() and "pydantic" not in message
 
 
@@ -169,8 +185,10 @@ def test_broken_platforms_on_the_path_do_not_stop_another(tmp_path):
 
 def test_broken_route_table_leaves_native_and_cpu_routes(tmp_path):
     folder = platform_copy(tmp_path)
-    (folder / "routes.yaml").write_text("format: 1\nops:\n  aten::mm:\n    candidates: [native]\n    buckets:\n"
-                                         "      - {max_numel: lots, choice: native}\n")
+    (folder / "routes.yaml").write_text(
+        "format: 1\nops:\n  aten::mm:\n    candidates: [native]\n    buckets:\n"
+        "      - {max_numel: lots, choice: native}\n"
+    )
     result = run_bounded(ACTIVATES, {"FLAGOS_PLATFORM_PATH": str(tmp_path)})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "active host_ref flagos host_ref" in result.stdout
@@ -199,7 +217,9 @@ def test_routing_variables_are_checked(monkeypatch, tmp_path):
     assert "FLAGOS_ROUTE_mm: unknown path 'garbage'; expected native, flaggems, vendor, emulated or cpu" in problems
     assert any(p.startswith("FLAGOS_ROUTE_nosuchop: unknown op 'aten::nosuchop'") for p in problems), problems
     assert any(p.startswith("FLAGOS_ROUTE_relu: 'vendor': host_ref declares no vendor kernels") for p in problems)
-    assert "FLAGOS_ROUTE_DEFAULTS: unknown path 'garbage'; expected native, flaggems, vendor, emulated or cpu" in problems
+    assert (
+        "FLAGOS_ROUTE_DEFAULTS: unknown path 'garbage'; expected native, flaggems, vendor, emulated or cpu" in problems
+    )
     assert any(p.startswith(f"FLAGOS_ROUTES: {tmp_path / 'nonexistent.yaml'}: no such file") for p in problems)
     assert len(problems) == 5
 
@@ -264,7 +284,9 @@ def test_unknown_forced_platform_one_message_then_a_clear_device_error():
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.count("FLAGOS_PLATFORM=nosuch: unknown platform") == 1, result.stderr[-3000:]
     assert "Expected one of" not in result.stdout + result.stderr
-    assert "device error: flagos is not active in this process: FLAGOS_PLATFORM=nosuch: unknown platform" in result.stdout
+    assert (
+        "device error: flagos is not active in this process: FLAGOS_PLATFORM=nosuch: unknown platform" in result.stdout
+    )
 
 
 def test_broken_forced_descriptor_one_message_naming_the_file(tmp_path):
@@ -291,7 +313,9 @@ def test_platforms_list_with_a_broken_descriptor_says_so(tmp_path, monkeypatch):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a real CUDA device (runs on the GPU board)")
+@pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="needs a real CUDA device (runs on the GPU board)"
+)
 def test_failed_activation_on_a_cuda_machine_leaves_cuda_alone():
     code = """
         import warnings

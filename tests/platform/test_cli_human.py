@@ -6,6 +6,7 @@ names that are valid; `platforms list` says why a platform is stale, `show` prin
 the onboarding hints point to a script that exists; the first-import build says how long it takes
 and only one of several processes says it builds.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -17,14 +18,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from torch_fl.cli import _register, app, output as cli_output
+from torch_fl.cli import _register, app
+from torch_fl.cli import output as cli_output
+from torch_fl.conformance import recordfile
 from torch_fl.onboarding.errors import OnboardError
 from torch_fl.onboarding.names import check_name
 from torch_fl.onboarding.onboard import next_steps
 from torch_fl.platform import load_platform
 from torch_fl.platform.discovery import shipped_root
 from torch_fl.platform.preflight import preflight
-from torch_fl.conformance import recordfile
 from torch_fl.platform.record import Case, current_status, installed_version, record_path
 from torch_fl.platform.versions import minor_line
 
@@ -60,10 +62,24 @@ def chip_on_path(tmp_path: Path, monkeypatch, name: str = "demo_chip") -> Path:
 
 def failing_record(folder: Path) -> Path:
     cases = [
-        Case(id="ops/relu/float32/emulated/aten::relu", suite="ops", op="aten::relu", dtype="float32", path="emulated",
-             keys=["float32@tiny"], status="failed", message="[/bold] 3/16 elements differ [red]x[/red] (rtol 1e-5)"),
-        Case(id="ops/add/float32/native", suite="ops", op="aten::add.Tensor", dtype="float32", path="native",
-             status="passed"),
+        Case(
+            id="ops/relu/float32/emulated/aten::relu",
+            suite="ops",
+            op="aten::relu",
+            dtype="float32",
+            path="emulated",
+            keys=["float32@tiny"],
+            status="failed",
+            message="[/bold] 3/16 elements differ [red]x[/red] (rtol 1e-5)",
+        ),
+        Case(
+            id="ops/add/float32/native",
+            suite="ops",
+            op="aten::add.Tensor",
+            dtype="float32",
+            path="native",
+            status="passed",
+        ),
     ]
     torch_line = minor_line(installed_version("torch"))
     binding = {"descriptor_hash": "sha256:x", "torch": torch_line, "torch_version": installed_version("torch")}
@@ -227,10 +243,16 @@ def test_a_second_process_says_it_waits_for_the_build(tmp_path, monkeypatch, cap
     directory = build.build_dir()
     directory.mkdir(parents=True)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from filelock import FileLock; lock = FileLock(sys.argv[1]); "
-         "lock.acquire(); print('held', flush=True); time.sleep(3); open(sys.argv[2], 'w').close()",
-         str(directory / "build.lock"), str(directory / f"{build.MODULE_NAME}.so")],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from filelock import FileLock; lock = FileLock(sys.argv[1]); "
+            "lock.acquire(); print('held', flush=True); time.sleep(3); open(sys.argv[2], 'w').close()",
+            str(directory / "build.lock"),
+            str(directory / f"{build.MODULE_NAME}.so"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert holder.stdout.readline().strip() == "held"
     monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: pytest.fail("the waiting process built too"))
@@ -278,8 +300,14 @@ def test_onboard_and_kernel_add_human_output(tmp_path, monkeypatch):
 def _torch_fl(*args: str, cwd: Path, timeout: float = 600) -> str:
     """The human output of `torch-fl ARGS` run as a command (these commands start worker processes)."""
     command = [str(Path(sys.executable).with_name("torch-fl")), *args]
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                            env={**__import__("os").environ, "COLUMNS": "200"})
+    result = subprocess.run(
+        command,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**__import__("os").environ, "COLUMNS": "200"},
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 
@@ -292,7 +320,21 @@ def test_routes_tune_dry_run_human_output(tmp_path):
 
 @pytest.mark.slow
 def test_conformance_run_human_output(tmp_path):
-    output = _torch_fl("conformance", "run", "host_ref", "--suite", "ops", "-k", "abs and float32", "--paths", "native",
-                       "-n", "1", "--record-dir", str(tmp_path / "records"), cwd=tmp_path)
+    output = _torch_fl(
+        "conformance",
+        "run",
+        "host_ref",
+        "--suite",
+        "ops",
+        "-k",
+        "abs and float32",
+        "--paths",
+        "native",
+        "-n",
+        "1",
+        "--record-dir",
+        str(tmp_path / "records"),
+        cwd=tmp_path,
+    )
     assert "suite ops" in output and "pass rate" in output
     assert f"record: {tmp_path / 'records'}" in output

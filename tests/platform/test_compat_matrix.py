@@ -1,4 +1,5 @@
 """The Markdown compatibility matrix is computed from descriptors and records, never hand-written."""
+
 from __future__ import annotations
 
 import shutil

@@ -1,4 +1,5 @@
 """Built packages describe themselves (torch_fl/compatibility.json) and preflight judges them without torch."""
+
 from __future__ import annotations
 
 import copy
@@ -23,6 +24,8 @@ from torch_fl.platform.compatibility import (
     provenance_problems,
 )
 from torch_fl.platform.discovery import discover
+
+pytestmark = pytest.mark.slow  # builds wheels
 
 
 def shipped() -> dict:
@@ -129,6 +132,9 @@ def test_every_built_wheel_carries_its_compatibility(tmp_path):
     result = inspect(wheel, "host_ref")
     assert result.drift == []  # built here
     # the release table fails exactly where a shipped descriptor lacks its provenance
-    lacking = {name for name, d in shipped().items()
-               if d.backing.device != "cpu" and (d.environment.sdk is None or not d.environment.sdk.version)}
+    lacking = {
+        name
+        for name, d in shipped().items()
+        if d.backing.device != "cpu" and (d.environment.sdk is None or not d.environment.sdk.version)
+    }
     assert set(result.provenance) == lacking and not result.ok

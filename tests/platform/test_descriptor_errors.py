@@ -1,4 +1,5 @@
 """A broken descriptor fails with `file:line: field.path: expected ...; got ...`, and nothing half-loads."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -45,7 +46,9 @@ def test_wrong_enum_value_names_file_line_field_and_choices(tmp_path, monkeypatc
     err = error_for(tmp_path, text)
     assert err.line == line_of(text, "device: gpu")
     assert err.field == "backing.device"
-    assert str(err).startswith(f"platforms/host_ref/platform.yaml:{err.line}: backing.device: expected one of 'cpu', 'cuda'")
+    assert str(err).startswith(
+        f"platforms/host_ref/platform.yaml:{err.line}: backing.device: expected one of 'cpu', 'cuda'"
+    )
     assert str(err).endswith("got 'gpu'")
 
 
@@ -201,5 +204,8 @@ def test_validate_op_names_accepts_real_ops(tmp_path, monkeypatch):
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed")
     monkeypatch.setenv("TORCH_DEVICE_BACKEND_AUTOLOAD", os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"))
-    text = BASE.replace("defaults: [native, cpu]", "defaults: [native, cpu]\n  overrides:\n    aten::add.Tensor: [cpu]\n    aten::mm: [cpu]")
+    text = BASE.replace(
+        "defaults: [native, cpu]",
+        "defaults: [native, cpu]\n  overrides:\n    aten::add.Tensor: [cpu]\n    aten::mm: [cpu]",
+    )
     validate_op_names(load_descriptor(write(tmp_path, text)))

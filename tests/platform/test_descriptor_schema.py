@@ -1,4 +1,5 @@
 """The published JSON Schema is generated from the models, committed, and agrees with them."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Detection rules and platform selection (FLAGOS_PLATFORM forces; otherwise highest priority match)."""
+
 from __future__ import annotations
 
 import sys
@@ -27,8 +28,11 @@ def rule(**kind):
 @pytest.fixture
 def fake_torch(monkeypatch):
     """A stand-in torch in sys.modules, so cuda_device_name rules run without a GPU or real torch."""
-    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(
-        is_available=lambda: True, device_count=lambda: 2, get_device_name=lambda i: "NVIDIA H200"))
+    fake = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(
+            is_available=lambda: True, device_count=lambda: 2, get_device_name=lambda i: "NVIDIA H200"
+        )
+    )
     monkeypatch.setitem(sys.modules, "torch", fake)
     return fake
 
@@ -81,7 +85,10 @@ def test_highest_priority_match_wins(monkeypatch, tmp_path):
 def test_selection_says_which_rules_were_skipped(monkeypatch):
     monkeypatch.delenv("FLAGOS_PLATFORM", raising=False)
     monkeypatch.delitem(sys.modules, "torch", raising=False)
-    descriptors = {"host": platform("host", 0, [{"always": True}]), "gpu": platform("gpu", 9, [{"cuda_device_name": "H200"}])}
+    descriptors = {
+        "host": platform("host", 0, [{"always": True}]),
+        "gpu": platform("gpu", 9, [{"cuda_device_name": "H200"}]),
+    }
     chosen = select_platform(descriptors)
     assert chosen.name == "host"
     assert "rules of gpu skipped: torch is not imported" in chosen.reason

@@ -1,4 +1,5 @@
 """Discovery: shipped platforms through importlib.resources, plus FLAGOS_PLATFORM_PATH like PATH."""
+
 from __future__ import annotations
 
 import os

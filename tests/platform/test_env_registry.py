@@ -1,4 +1,5 @@
 """The environment-variable registry: every variable read is declared, documented and listed."""
+
 from __future__ import annotations
 
 import pytest

@@ -5,6 +5,7 @@ unvalidated kernels), and its vendor module is a regular `.py` file inside the p
 after resolving links: a symlink out of the folder or an importable module name is refused with
 file:line:field.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -42,7 +43,9 @@ def error_of(folder: Path) -> DescriptorError:
     return info.value
 
 
-@pytest.mark.parametrize("variable", ["FLAGOS_ALLOW_UNVALIDATED", "FLAGOS_ROUTE_mm", "FLAGOS_ROUTES", "FLAGOS_PLATFORM"])
+@pytest.mark.parametrize(
+    "variable", ["FLAGOS_ALLOW_UNVALIDATED", "FLAGOS_ROUTE_mm", "FLAGOS_ROUTES", "FLAGOS_PLATFORM"]
+)
 def test_descriptor_may_not_set_gating_or_routing_variables(tmp_path, variable):
     folder = chip(tmp_path, ("variables: {}", f'variables: {{GEMS_VENDOR: nvidia, {variable}: "1"}}'))
     error = error_of(folder)

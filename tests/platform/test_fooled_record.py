@@ -1,4 +1,5 @@
 """A record cannot be fooled: it binds the platform's sources, and an edited record reads as tampered."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,16 @@ RELU = "float32@tiny"
 
 
 def relu_case(status: str, key: str = RELU) -> dict:
-    return {"id": f"ops/relu/float32/vendor/aten::relu/{key}", "suite": "ops", "op": "aten::relu", "dtype": "float32",
-            "path": "vendor", "keys": [key], "status": status, "message": "" if status == "passed" else "wrong values"}
+    return {
+        "id": f"ops/relu/float32/vendor/aten::relu/{key}",
+        "suite": "ops",
+        "op": "aten::relu",
+        "dtype": "float32",
+        "path": "vendor",
+        "keys": [key],
+        "status": status,
+        "message": "" if status == "passed" else "wrong values",
+    }
 
 
 @pytest.fixture
@@ -49,7 +58,12 @@ def test_a_valid_record_serves_the_vendor_kernel(chip):
 def test_a_vendor_kernel_edited_after_the_run_makes_the_record_stale(chip):
     write(chip, [relu_case("passed")])
     kernels = chip / "kernels.py"
-    kernels.write_text(kernels.read_text().replace("def relu_correct(self):", "def relu_correct(self):\n    return torch.full_like(self, 42)\n\n\ndef _was(self):"))
+    kernels.write_text(
+        kernels.read_text().replace(
+            "def relu_correct(self):",
+            "def relu_correct(self):\n    return torch.full_like(self, 42)\n\n\ndef _was(self):",
+        )
+    )
     g = gate(chip)
     assert g.state == "stale" and "platform source kernels.py changed since the record was made" in g.status.reasons
     assert not g.allows("aten::relu", RELU, "vendor")

@@ -1,4 +1,5 @@
 """Gating: native and cpu always run; other kernel sets only where a valid record shows them passing."""
+
 from __future__ import annotations
 
 import shutil
@@ -19,8 +20,15 @@ FP32_BIG = "float32,float32@huge"
 
 
 def case(op, key, path, status, part="forward"):
-    return {"id": f"ops/{op}/{path}/{part}/{key}", "suite": "ops", "op": op, "dtype": key.split(",")[0],
-            "path": path, "keys": [key] if key else [], "status": status}
+    return {
+        "id": f"ops/{op}/{path}/{part}/{key}",
+        "suite": "ops",
+        "op": op,
+        "dtype": key.split(",")[0],
+        "path": path,
+        "keys": [key] if key else [],
+        "status": status,
+    }
 
 
 @pytest.fixture
@@ -64,12 +72,12 @@ def test_valid_record_enables_exactly_what_passed(h200):
     g = gate(h200)
     assert g.state == "valid" and g.warning() is None
     assert g.allows("aten::mm", BF16, "flaggems")
-    assert not g.allows("aten::mm", FP32, "flaggems")               # one direction failed
-    assert g.allows("aten::mm", FP32_BIG, "flaggems")               # another size class of the key: its own verdict
+    assert not g.allows("aten::mm", FP32, "flaggems")  # one direction failed
+    assert g.allows("aten::mm", FP32_BIG, "flaggems")  # another size class of the key: its own verdict
     assert not g.allows("aten::softmax.int", "float16@tiny", "flaggems")  # only skipped: never proven
     assert not g.allows("aten::softmax.int", "float32@tiny", "flaggems")  # unjudged proves nothing
     assert g.allows("aten::add.Tensor", "int64,int64@tiny", "flaggems")  # skipped is neutral next to a pass
-    assert not g.allows("aten::sum", FP32, "flaggems")               # a keyless crash vetoes every key
+    assert not g.allows("aten::sum", FP32, "flaggems")  # a keyless crash vetoes every key
     assert not g.allows("aten::mm", "float16,float16@tiny", "flaggems")  # never tried
     assert not g.allows("aten::mm", "bfloat16,float32@tiny", "flaggems")  # a mix of proven dtypes is its own key
     assert g.allows("aten::mm", None, "flaggems") and not g.allows("aten::sum", None, "flaggems")

@@ -1,4 +1,5 @@
 """`torch-fl schema`, `platforms list|show`, `preflight` with --json: one JSON document each."""
+
 from __future__ import annotations
 
 import json

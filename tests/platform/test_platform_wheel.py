@@ -1,4 +1,5 @@
 """The built wheel ships the descriptors and lists them in a fresh environment without torch."""
+
 from __future__ import annotations
 
 import json
@@ -9,6 +10,8 @@ import pytest
 from wheel_helpers import build_wheel, run
 
 from torch_fl.platform.discovery import discover, shipped_root
+
+pytestmark = pytest.mark.slow  # builds a wheel
 
 CLI_DEPS = ["pydantic", "pyyaml", "ruamel.yaml", "typer", "rich"]
 

@@ -1,4 +1,5 @@
 """Preflight checks the environment against a descriptor from metadata alone, never importing torch."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -55,7 +56,9 @@ def test_python_interpreter_line(tmp_path):
     check = by_name(report)["python"]
     assert not check.ok and check.expected.startswith(f"{other}.x")
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert by_name(preflight(platform_with(tmp_path / "b", **{"environment:\n": f'environment:\n  python: "{here}"\n'})))["python"].ok
+    assert by_name(
+        preflight(platform_with(tmp_path / "b", **{"environment:\n": f'environment:\n  python: "{here}"\n'}))
+    )["python"].ok
 
 
 def test_kernel_package_missing(tmp_path):
@@ -67,25 +70,37 @@ def test_kernel_package_missing(tmp_path):
 
 def test_kernel_package_version_must_match_exactly(tmp_path):
     # pydantic stands in for a kernel library: installed, but not at the pinned version.
-    descriptor = platform_with(tmp_path, "nvidia_h200", **{"package: flag_gems": "package: pydantic", "version: 5.0.2": "version: 0.0.1"})
+    descriptor = platform_with(
+        tmp_path, "nvidia_h200", **{"package: flag_gems": "package: pydantic", "version: 5.0.2": "version: 0.0.1"}
+    )
     check = by_name(preflight(descriptor))["pydantic"]
     assert not check.ok and check.found == importlib.metadata.version("pydantic")
 
 
 def test_disabled_kernel_set_is_not_checked(tmp_path):
-    descriptor = platform_with(tmp_path, "nvidia_h200", **{"    vendor: nvidia\n    enabled: true": "    vendor: nvidia\n    enabled: false"})
+    descriptor = platform_with(
+        tmp_path, "nvidia_h200", **{"    vendor: nvidia\n    enabled: true": "    vendor: nvidia\n    enabled: false"}
+    )
     assert "flag_gems" not in by_name(preflight(descriptor))
 
 
 def test_required_packages(tmp_path):
-    descriptor = platform_with(tmp_path, **{'torch: ">=2.11"\n': 'torch: ">=2.11"\n  packages:\n    pydantic: ">=2"\n    no-such-dist-xyz: ">=1"\n'})
+    descriptor = platform_with(
+        tmp_path,
+        **{'torch: ">=2.11"\n': 'torch: ">=2.11"\n  packages:\n    pydantic: ">=2"\n    no-such-dist-xyz: ">=1"\n'},
+    )
     checks = by_name(preflight(descriptor))
     assert checks["pydantic"].ok
     assert not checks["no-such-dist-xyz"].ok and checks["no-such-dist-xyz"].found == "not installed"
 
 
 def test_sdk_home_variable(tmp_path, monkeypatch):
-    descriptor = platform_with(tmp_path, **{"environment:\n": "environment:\n  sdk:\n    name: TESTSDK\n    version: '1.0'\n    home_env: TESTSDK_HOME\n"})
+    descriptor = platform_with(
+        tmp_path,
+        **{
+            "environment:\n": "environment:\n  sdk:\n    name: TESTSDK\n    version: '1.0'\n    home_env: TESTSDK_HOME\n"
+        },
+    )
     monkeypatch.delenv("TESTSDK_HOME", raising=False)
     check = by_name(preflight(descriptor))["sdk TESTSDK"]
     assert not check.ok and check.found == "unset" and "set TESTSDK_HOME" in check.hint
@@ -105,7 +120,11 @@ FORBIDDEN = ("torch", "torch_fl.runtime", "flag_gems")
 
 def imported_modules(stderr: str) -> set[str]:
     """Module names from PYTHONPROFILEIMPORTTIME's report (`import time: self | cumulative | name`)."""
-    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:") and "|" in line}
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
 
 
 @pytest.mark.parametrize("args", [["preflight", "host_ref"], ["preflight", "--matrix"], ["platforms", "list"]])

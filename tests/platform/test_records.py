@@ -1,4 +1,5 @@
 """Conformance records: the descriptor hash, loading, and when a record goes stale."""
+
 from __future__ import annotations
 
 import json
@@ -21,17 +22,30 @@ def copy_platform(tmp_path: Path, name: str) -> Path:
     return folder
 
 
-NATIVE_CASE = {"id": "ops/add/float32/native", "suite": "ops", "op": "aten::add.Tensor", "dtype": "float32",
-               "path": "native", "status": "passed"}
+NATIVE_CASE = {
+    "id": "ops/add/float32/native",
+    "suite": "ops",
+    "op": "aten::add.Tensor",
+    "dtype": "float32",
+    "path": "native",
+    "status": "passed",
+}
 
 
-def write_record(folder: Path, torch_version: str = "2.13.0+cpu", cases: list | None = None, complete: bool = True,
-                 **binding) -> Record:
+def write_record(
+    folder: Path, torch_version: str = "2.13.0+cpu", cases: list | None = None, complete: bool = True, **binding
+) -> Record:
     """A record made by the conformance writer for the descriptor and sources in `folder`."""
     descriptor = load_descriptor(folder)
     header = identity(descriptor)
-    header["binding"].update({"torch": ".".join(torch_version.split(".")[:2]), "torch_version": torch_version,
-                              "kernel_libraries": {}, **binding})
+    header["binding"].update(
+        {
+            "torch": ".".join(torch_version.split(".")[:2]),
+            "torch_version": torch_version,
+            "kernel_libraries": {},
+            **binding,
+        }
+    )
     header.update(started="2026-10-01T10:00:00+00:00", machine={"host": "ci"})
     path = record_path(folder, header["binding"]["torch"])
     recordfile.write_cases(path, header, cases if cases is not None else [NATIVE_CASE], complete)
@@ -59,13 +73,27 @@ def test_load_record_roundtrip_and_missing(tmp_path):
 
 def test_the_evidence_holds_every_case_and_the_record_only_failures_and_verdicts(tmp_path):
     folder = copy_platform(tmp_path, "host_ref")
-    emulated = {"id": "ops/fp8/to/emulated/aten::_to_copy", "suite": "ops", "op": "aten::_to_copy", "path": "emulated",
-                "keys": ["float32,dtype=float8_e4m3fn@tiny"], "status": "passed"}
-    broken = {**emulated, "id": "ops/fp8/to/emulated/aten::_to_copy/big", "keys": ["float32,dtype=float8_e4m3fn@huge"],
-              "status": "failed", "message": "wrong"}
+    emulated = {
+        "id": "ops/fp8/to/emulated/aten::_to_copy",
+        "suite": "ops",
+        "op": "aten::_to_copy",
+        "path": "emulated",
+        "keys": ["float32,dtype=float8_e4m3fn@tiny"],
+        "status": "passed",
+    }
+    broken = {
+        **emulated,
+        "id": "ops/fp8/to/emulated/aten::_to_copy/big",
+        "keys": ["float32,dtype=float8_e4m3fn@huge"],
+        "status": "failed",
+        "message": "wrong",
+    }
     record = write_record(folder, cases=[NATIVE_CASE, emulated, broken])
-    assert record.gate == {"aten::_to_copy": {"emulated": {"float32,dtype=float8_e4m3fn@huge": "failed",
-                                                            "float32,dtype=float8_e4m3fn@tiny": "passed"}}}
+    assert record.gate == {
+        "aten::_to_copy": {
+            "emulated": {"float32,dtype=float8_e4m3fn@huge": "failed", "float32,dtype=float8_e4m3fn@tiny": "passed"}
+        }
+    }
     assert [c.id for c in record.failures] == [broken["id"]]
     assert record.counts == {"emulated": {"failed": 1, "passed": 1}, "native": {"passed": 1}}
     evidence = load_evidence(record_path(folder, "2.13"))

@@ -1,4 +1,5 @@
 """The shipped descriptors: all load, are honest about validation, and carry the release-note facts."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,17 @@ from torch_fl.platform import load_all
 from torch_fl.platform.discovery import discover
 
 EXPECTED = {
-    "host_ref", "nvidia_h200", "nvidia_a100", "ascend_910c", "hygon_bw1000", "metax_c550",
-    "thead_zw810e", "mthreads_s5000", "enflame_s60", "kunlunxin_p800", "drobotics_bpu_s600",
+    "host_ref",
+    "nvidia_h200",
+    "nvidia_a100",
+    "ascend_910c",
+    "hygon_bw1000",
+    "metax_c550",
+    "thead_zw810e",
+    "mthreads_s5000",
+    "enflame_s60",
+    "kunlunxin_p800",
+    "drobotics_bpu_s600",
 }
 
 
@@ -67,9 +77,17 @@ def test_h800_is_a_board_of_the_a100_descriptor(shipped):
 
 @pytest.mark.parametrize(
     "name, python",
-    [("nvidia_a100", "3.12"), ("metax_c550", "3.12"), ("thead_zw810e", "3.12"), ("enflame_s60", "3.12"),
-     ("hygon_bw1000", "3.10"), ("mthreads_s5000", "3.10"), ("ascend_910c", "3.11"),
-     ("kunlunxin_p800", None), ("drobotics_bpu_s600", None)],
+    [
+        ("nvidia_a100", "3.12"),
+        ("metax_c550", "3.12"),
+        ("thead_zw810e", "3.12"),
+        ("enflame_s60", "3.12"),
+        ("hygon_bw1000", "3.10"),
+        ("mthreads_s5000", "3.10"),
+        ("ascend_910c", "3.11"),
+        ("kunlunxin_p800", None),
+        ("drobotics_bpu_s600", None),
+    ],
 )
 def test_interpreter_lines_from_the_release_notes(shipped, name, python):
     assert shipped[name].environment.python == python
@@ -77,9 +95,17 @@ def test_interpreter_lines_from_the_release_notes(shipped, name, python):
 
 @pytest.mark.parametrize(
     "name, compile_path, tracer",
-    [("nvidia_a100", "flagtree", "cupti"), ("ascend_910c", "flagtree", "mspti"), ("hygon_bw1000", "flagtree", "roctracer"),
-     ("metax_c550", "flagtree", "mcpti"), ("thead_zw810e", "flagtree", "cupti"), ("mthreads_s5000", "flagtree", "mupti"),
-     ("enflame_s60", "vendor-triton", "topspti"), ("kunlunxin_p800", "none", "none"), ("drobotics_bpu_s600", "fx-bpu", "none")],
+    [
+        ("nvidia_a100", "flagtree", "cupti"),
+        ("ascend_910c", "flagtree", "mspti"),
+        ("hygon_bw1000", "flagtree", "roctracer"),
+        ("metax_c550", "flagtree", "mcpti"),
+        ("thead_zw810e", "flagtree", "cupti"),
+        ("mthreads_s5000", "flagtree", "mupti"),
+        ("enflame_s60", "vendor-triton", "topspti"),
+        ("kunlunxin_p800", "none", "none"),
+        ("drobotics_bpu_s600", "fx-bpu", "none"),
+    ],
 )
 def test_compile_and_profiler_from_the_release_notes(shipped, name, compile_path, tracer):
     caps = shipped[name].capabilities

@@ -1,4 +1,5 @@
 """Version specifiers as descriptors and the preflight use them."""
+
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
 """Building the package's wheel from a copy of the checkout, as the release does."""
+
 from __future__ import annotations
 
 import os
@@ -36,6 +37,18 @@ def build_wheel(tmp_path: Path) -> Path:
         pytest.skip("needs a git checkout to list the files to build")
     tree = source_tree(tmp_path / "src")
     dist = tmp_path / "dist"
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(tree),
-        cwd=tmp_path, timeout=300)
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        str(dist),
+        str(tree),
+        cwd=tmp_path,
+        timeout=300,
+    )
     return next(dist.glob("torch_fl-*.whl"))

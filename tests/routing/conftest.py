@@ -1,4 +1,5 @@
 """Routing tests run on the active platform (host_ref on a machine without an accelerator)."""
+
 from __future__ import annotations
 
 import pytest

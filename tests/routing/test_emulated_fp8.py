@@ -1,4 +1,5 @@
 """Software FP8: bit-exact conversions and the scaled matmul, on the emulated path."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,7 +16,9 @@ FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
 def test_encode_is_bit_exact_with_pytorch(dtype):
     torch.manual_seed(0)
     x = torch.cat([torch.randn(20000) * s for s in (1e-4, 1e-2, 1, 30, 300, 3000, 70000)])
-    special = torch.tensor([0.0, -0.0, 448, 464, 465, 57344, 61439, 61440, 1e9, -1e9, float("inf"), float("-inf"), 2**-9, 2**-17])
+    special = torch.tensor(
+        [0.0, -0.0, 448, 464, 465, 57344, 61439, 61440, 1e9, -1e9, float("inf"), float("-inf"), 2**-9, 2**-17]
+    )
     x = torch.cat([x, special])
     assert torch.equal(fp8.encode(x, dtype), x.to(dtype).view(torch.uint8))
     assert torch.isnan(fp8.from_fp8(fp8.to_fp8(torch.tensor([float("nan")]), dtype))).all()
@@ -81,7 +84,11 @@ def test_casts_equal_the_gpu_conversion(dtype):
 @on_fp8_hardware
 @pytest.mark.parametrize(
     ("a_dtype", "b_dtype"),
-    [(torch.float8_e4m3fn, torch.float8_e4m3fn), (torch.float8_e4m3fn, torch.float8_e5m2), (torch.float8_e5m2, torch.float8_e4m3fn)],
+    [
+        (torch.float8_e4m3fn, torch.float8_e4m3fn),
+        (torch.float8_e4m3fn, torch.float8_e5m2),
+        (torch.float8_e5m2, torch.float8_e4m3fn),
+    ],
 )
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
 def test_emulated_scaled_mm_matches_the_gpu_fp8_matmul(a_dtype, b_dtype, out_dtype):

@@ -1,4 +1,5 @@
 """The router: Python kernels only where a non-native path may run, overrides, fallback, counters."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from torch_fl.routing import explain, forced, set_route, clear_route, stats, strict
+from torch_fl.routing import clear_route, explain, forced, set_route, stats, strict
 
 
 def test_native_first_ops_get_no_python_kernel(fresh_routes):
@@ -90,7 +91,9 @@ def test_explain_rejects_unknown_ops():
 
 
 def run(code: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_env_override_and_routes_file(tmp_path):
@@ -153,7 +156,9 @@ def test_calls_outside_every_bucket_never_enter_python(bucketed, pair):
     from torch_fl.runtime import core
 
     op = "aten::sub.Tensor"
-    r = bucketed(op, OpRoute(candidates=["native", "cpu"], buckets=[Bucket(max_numel=64, dtype="float32", choice="cpu")]))
+    r = bucketed(
+        op, OpRoute(candidates=["native", "cpu"], buckets=[Bucket(max_numel=64, dtype="float32", choice="cpu")])
+    )
     a, b, x, y = pair  # 8 x 8 float32: in the bucket
     big = torch.randn(16, 16)
     assert torch.equal((x - y).cpu(), a - b)
@@ -179,11 +184,14 @@ def test_bucket_spans_start_above_the_buckets_they_share_calls_with():
     from torch_fl.routing.runtime import bucket_spans
     from torch_fl.routing.table import Bucket, OpRoute
 
-    route = OpRoute(candidates=["native", "flaggems"], buckets=[
-        Bucket(max_numel=100, dtype="bfloat16", choice="native"),
-        Bucket(max_numel=1000, dtype="bfloat16", choice="flaggems"),
-        Bucket(max_numel=50, choice="native"),
-        Bucket(max_numel=5000, choice="flaggems"),
-        Bucket(max_numel=500, dtype="float32", choice="flaggems"),  # shadowed by the any-dtype bucket above it
-    ])
+    route = OpRoute(
+        candidates=["native", "flaggems"],
+        buckets=[
+            Bucket(max_numel=100, dtype="bfloat16", choice="native"),
+            Bucket(max_numel=1000, dtype="bfloat16", choice="flaggems"),
+            Bucket(max_numel=50, choice="native"),
+            Bucket(max_numel=5000, choice="flaggems"),
+            Bucket(max_numel=500, dtype="float32", choice="flaggems"),  # shadowed by the any-dtype bucket above it
+        ],
+    )
     assert bucket_spans(route) == [(torch.bfloat16, 101, 1000), (None, 51, 5000)]

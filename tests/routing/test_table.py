@@ -1,4 +1,5 @@
 """routes.yaml: parsing, errors that name the entry, and rewriting that keeps a person's comments."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,7 +21,9 @@ def test_parse_and_bucket_lookup():
     table = parse(TEXT, "routes.yaml")
     route = table.ops["aten::mm"]
     assert route.candidates == ["native", "flaggems"]
-    route = route.model_copy(update={"buckets": [Bucket(max_numel=16, choice="flaggems"), Bucket(max_numel=256, choice="native")]})
+    route = route.model_copy(
+        update={"buckets": [Bucket(max_numel=16, choice="flaggems"), Bucket(max_numel=256, choice="native")]}
+    )
     assert route.bucket_for(10).choice == "flaggems"
     assert route.bucket_for(200).choice == "native"
     assert route.bucket_for(1000) is None
@@ -31,9 +34,15 @@ def test_parse_and_bucket_lookup():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("format: 1\nops:\n  aten::mm:\n    candidates: [native, gpu]\n", "routes.yaml:4: ops[\"aten::mm\"].candidates[1]: unknown path 'gpu'"),
-        ("format: 1\nops:\n  aten::mm:\n    candidates: []\n", "routes.yaml:4: ops[\"aten::mm\"].candidates: "),
-        ("format: 1\nops:\n  aten::mm:\n    candidate: [native]\n", "routes.yaml:4: ops[\"aten::mm\"].candidate: unknown field"),
+        (
+            "format: 1\nops:\n  aten::mm:\n    candidates: [native, gpu]\n",
+            "routes.yaml:4: ops[\"aten::mm\"].candidates[1]: unknown path 'gpu'",
+        ),
+        ("format: 1\nops:\n  aten::mm:\n    candidates: []\n", 'routes.yaml:4: ops["aten::mm"].candidates: '),
+        (
+            "format: 1\nops:\n  aten::mm:\n    candidate: [native]\n",
+            'routes.yaml:4: ops["aten::mm"].candidate: unknown field',
+        ),
         ("format: 1\nops: [\n", "routes.yaml:3: invalid YAML"),
     ],
 )

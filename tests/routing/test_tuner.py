@@ -1,4 +1,5 @@
 """The tuner's decision: an op gets buckets only where a candidate beats native at the workload's calls."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,7 +21,9 @@ def test_a_clear_win_is_chosen():
     chosen = decide([m("aten::mm", 1 << 20, 10, 100.0, 50.0)], min_gain=0.05)
     # the sizes below the measured bucket were not measured: they stay native
     assert [(b.max_numel, b.dtype, b.choice) for b in chosen["aten::mm"]] == [
-        (1 << 19, "float32", "native"), (1 << 20, "float32", "flaggems")]
+        (1 << 19, "float32", "native"),
+        (1 << 20, "float32", "flaggems"),
+    ]
 
 
 def test_buckets_are_per_dtype():
@@ -78,7 +81,9 @@ class _NegKernels:
 def test_a_candidate_must_agree_with_native_at_the_workload_shape(fresh_routes, monkeypatch, wrong):
     monkeypatch.setitem(fresh_routes.kernel_sets, "vendor", _NegKernels(wrong))
     x = torch.randn(64, 32).to("flagos")
-    sample = Sample("aten::neg", torch.ops.aten.neg.default, bucket_bound(x.numel()), "float32", "float32@small", (x,), {}, calls=3)
+    sample = Sample(
+        "aten::neg", torch.ops.aten.neg.default, bucket_bound(x.numel()), "float32", "float32@small", (x,), {}, calls=3
+    )
     result = measure(sample, ["vendor", "native"])
     assert "native" in result.us and result.first_call_s.keys() == {"native", "vendor"}
     if wrong:
@@ -97,14 +102,21 @@ def test_disagreement_names_nan_and_shape():
     assert disagreement(torch.arange(3), torch.arange(3) + 1, [a]) == "result 0: values differ from native"
 
 
-
 def test_isolated_measurement_takes_samples_with_memory_formats(fresh_routes):
     """torch.save cannot pickle a memory format; recorded zeros_like/clone calls carry one."""
     from torch_fl.routing.tuner_worker import measure_isolated
 
     x = torch.randn(16, 8).to("flagos")
-    sample = Sample("aten::zeros_like", torch.ops.aten.zeros_like.default, bucket_bound(x.numel()), "float32",
-                    "float32@tiny", (x,), {"memory_format": torch.preserve_format}, calls=2)
+    sample = Sample(
+        "aten::zeros_like",
+        torch.ops.aten.zeros_like.default,
+        bucket_bound(x.numel()),
+        "float32",
+        "float32@tiny",
+        (x,),
+        {"memory_format": torch.preserve_format},
+        calls=2,
+    )
     [result] = measure_isolated([(sample, ["native"])], fresh_routes.descriptor.name)
     assert not result.errors and result.us["native"] > 0
 
@@ -119,8 +131,13 @@ def test_the_check_alternates_rounds_and_keeps_only_a_faster_table(fresh_routes,
     monkeypatch.setitem(fresh_routes.kernel_sets, "vendor", _NegKernels(False))
     monkeypatch.setattr(fresh_routes.gate, "allows", lambda op, dtype, path: True)
     fresh_routes.set_route("aten::neg", ["vendor", "native"], bypass_gate=True)
-    monkeypatch.setattr(tuner, "measure", lambda sample, paths: Measurement(
-        sample.op, sample.bound, "float32", sample.calls, us={"native": 100.0, "vendor": 10.0}))
+    monkeypatch.setattr(
+        tuner,
+        "measure",
+        lambda sample, paths: Measurement(
+            sample.op, sample.bound, "float32", sample.calls, us={"native": 100.0, "vendor": 10.0}
+        ),
+    )
     tuned_installed = []
 
     def fake_time(fn, repeats=5, inner=10):

@@ -12,6 +12,7 @@ The same files run on the host reference platform and on a CUDA board (FLAGOS_PL
 On a machine with a real CUDA device and no FLAGOS_PLATFORM, flagos is deliberately not registered in
 this process (the containment rule, torch_fl.activation); then only `own_process` tests run.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,12 @@ BACKING = device_core.backing() if ACTIVE else None
 _TOLERANCE: dict[str, dict[str, float]] = {"cpu": {}, "cuda": {"rtol": 2e-3, "atol": 2e-3}}
 # assert_close's defaults, per floating dtype (integers and bool compare exactly everywhere)
 _DTYPE_DEFAULTS = {
-    torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1.3e-6, 1e-5),
-    torch.float64: (1e-7, 1e-7), torch.complex64: (1.3e-6, 1e-5), torch.complex128: (1e-7, 1e-7),
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex64: (1.3e-6, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
 }
 
 
@@ -51,6 +56,7 @@ def tolerance(dtype: torch.dtype, **override: float) -> dict[str, float]:
     rtol, atol = override.get("rtol", rtol), override.get("atol", atol)
     extra = _TOLERANCE.get(BACKING or "cpu", _TOLERANCE["cuda"])
     return {"rtol": max(rtol, extra.get("rtol", 0.0)), "atol": max(atol, extra.get("atol", 0.0))}
+
 
 _MARKERS = {
     "backing_cpu": "a fact of the host reference backing",

@@ -2,6 +2,7 @@
 
 Only calls that exist in the installed torch are exercised (the API grows between releases), and
 each is compared with what torch.flagos says."""
+
 from __future__ import annotations
 
 import pytest

@@ -4,6 +4,7 @@ On the host the backing's fused attention is the CPU's flash attention, served t
 overrideable SDPA backend for PrivateUse1; on CUDA, the backing's own choice (flash, efficient,
 cuDNN), never the explicit CPU route.
 """
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """torch.autocast("flagos") follows PyTorch's autocast op lists (the ones CUDA uses) and
 torch.amp.GradScaler("flagos") scales, unscales, skips steps with inf/nan gradients and adapts."""
+
 from __future__ import annotations
 
 import pytest

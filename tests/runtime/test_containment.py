@@ -6,6 +6,7 @@ becomes PyTorch's accelerator and breaks autograd over plain CUDA tensors in tha
 Plain-CUDA code must keep working after `import torch` and `import torch_fl`; the user is told why flagos
 is off. The policy itself is checked on any machine by making torch report a CUDA device and then calling
 the autoload entry point as PyTorch's `import torch` does."""
+
 from __future__ import annotations
 
 import pytest

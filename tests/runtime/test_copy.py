@@ -1,4 +1,5 @@
 """Copies between the CPU, flagos devices and dtypes: .cpu(), .to(), copy_(), non_blocking, pinned memory."""
+
 from __future__ import annotations
 
 import contextlib

@@ -6,6 +6,7 @@ Which overload reaches the core depends on how PyTorch dispatches a call (`a + b
 aten::add.Tensor, `torch.add(a, b, out=o)` as aten::add.out), so each test first asks the core's
 counters which ops served a call, then forces exactly those.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

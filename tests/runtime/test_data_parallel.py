@@ -1,5 +1,6 @@
 """torch.nn.DataParallel over flagos devices: the batch is scattered over the devices, each replica runs
 on its own device, outputs are gathered, and the gradients equal a single-device model's."""
+
 from __future__ import annotations
 
 import copy

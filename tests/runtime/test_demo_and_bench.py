@@ -1,5 +1,6 @@
 """The README's demo and the benchmarks run (tiny sizes; no timing is asserted, only that they work
 and that flagos and the plain backing agree where the scripts compare them)."""
+
 from __future__ import annotations
 
 import json
@@ -8,6 +9,8 @@ import re
 import pytest
 
 import torch_fl
+
+pytestmark = pytest.mark.slow  # the demo and every benchmark script in fresh interpreters
 
 # On a CUDA machine the child processes need the platform asked for, or flagos stays contained.
 PLATFORM = {"FLAGOS_PLATFORM": torch_fl.active_platform().name} if torch_fl.is_active() else {}
@@ -71,15 +74,35 @@ def test_train_step_bench(run_python, tmp_path):
 @pytest.mark.slow
 def test_model_zoo_bench(run_python, tmp_path):
     out = tmp_path / "zoo.json"
-    args = ["--host", "--models", "llama,resnet50", "--decode-batch", "2", "--new-tokens", "3", "--steps", "1",
-            "--rounds", "1", "--warmup", "2", "--json", str(out)]
+    args = [
+        "--host",
+        "--models",
+        "llama,resnet50",
+        "--decode-batch",
+        "2",
+        "--new-tokens",
+        "3",
+        "--steps",
+        "1",
+        "--rounds",
+        "1",
+        "--warmup",
+        "2",
+        "--json",
+        str(out),
+    ]
     result = run_python(script("bench/model_zoo.py", *args), env=PLATFORM)
     assert "flagos tuned" in result.stdout and "flagos native-only" in result.stdout, result.stdout
     summary = json.loads(out.read_text())
     assert summary["all_agree"], result.stdout
     cases = {(c["model"], c["mode"]): c for c in summary["cases"]}
-    assert set(cases) == {("llama", "train"), ("llama", "prefill"), ("llama", "decode-b2"), ("resnet50", "train"),
-                          ("resnet50", "prefill")}
+    assert set(cases) == {
+        ("llama", "train"),
+        ("llama", "prefill"),
+        ("llama", "decode-b2"),
+        ("resnet50", "train"),
+        ("resnet50", "prefill"),
+    }
     for case in cases.values():
         assert set(case["sides"]) == {"plain", "flagos tuned", "flagos native-only"} and not case["failed"]
         plain = case["sides"]["plain"]["checks"]

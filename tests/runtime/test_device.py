@@ -1,4 +1,5 @@
 """The flagos device itself: factories, torch.tensor, printing, scalars, device properties."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """torch.accelerator.get_device_capability() on flagos reports the active platform's capabilities: the
 dtypes its descriptor declares (capabilities.dtypes), on every backing."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """Every dtype the platform declares lives on flagos: creation, round trips, casts and arithmetic
 equal the CPU's, including the unsigned uint16/uint32/uint64 types."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,20 @@ import torch
 import torch_fl
 
 DTYPES = [
-    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
-    torch.int8, torch.uint64, torch.uint32, torch.uint16, torch.uint8, torch.bool, torch.complex64,
+    torch.float64,
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint64,
+    torch.uint32,
+    torch.uint16,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
     torch.complex128,
 ]
 UNSIGNED = [torch.uint16, torch.uint32, torch.uint64]

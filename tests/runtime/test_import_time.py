@@ -2,6 +2,7 @@
 (timed tests fail on loaded machines); this checks the reason it stays short: activation imports
 the runtime and the platform data only, never the CLI, the conformance harness, onboarding or a
 kernel library."""
+
 from __future__ import annotations
 
 import json

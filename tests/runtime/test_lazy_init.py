@@ -2,6 +2,7 @@
 process (or init()); a child forked after that is in a bad fork, and initialising flagos there raises
 a clear error, on every backing (spawn is the start method that works). On a CUDA backing the first
 use is the activation itself, which creates the CUDA context."""
+
 from __future__ import annotations
 
 import multiprocessing

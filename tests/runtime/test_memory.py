@@ -3,6 +3,7 @@ reset_peak_memory_stats keeps live allocations (the peak restarts at the current
 
 On the host backing the core counts bytes exactly; on CUDA the numbers are the CUDA caching
 allocator's own (its blocks are multiples of 512 bytes, so the sizes here are too)."""
+
 from __future__ import annotations
 
 import gc
@@ -81,9 +82,14 @@ def test_reserved_covers_allocated():
 def test_memory_stats_keys_and_counters():
     stats = torch.flagos.memory_stats()
     for key in (
-        "allocated_bytes.all.current", "allocated_bytes.all.peak", "allocated_bytes.all.allocated",
-        "allocated_bytes.all.freed", "reserved_bytes.all.current", "active_bytes.all.current",
-        "allocation.all.current", "num_ooms",
+        "allocated_bytes.all.current",
+        "allocated_bytes.all.peak",
+        "allocated_bytes.all.allocated",
+        "allocated_bytes.all.freed",
+        "reserved_bytes.all.current",
+        "active_bytes.all.current",
+        "allocation.all.current",
+        "num_ooms",
     ):
         assert key in stats, key
     torch.flagos.reset_accumulated_memory_stats()

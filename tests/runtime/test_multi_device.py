@@ -1,6 +1,7 @@
 """Several flagos devices: indices, device guards, placement of new tensors, cross-device copies, and
 mixing devices in one op raising as CUDA does. On host_ref the platform descriptor's
 backing.virtual_devices (2 by default) sets how many devices the host emulates."""
+
 from __future__ import annotations
 
 import pytest

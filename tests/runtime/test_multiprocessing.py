@@ -4,6 +4,7 @@ DataLoader workers yield flagos tensors; a tensor that cannot be shared fails lo
 
 Children are started with 'spawn' (as CUDA requires, and as flagos requires once initialised, see
 test_lazy_init.py); every wait has a timeout."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -85,12 +86,13 @@ class _FlagosSquares(Dataset):
 
 @pytest.mark.slow  # spawned interpreters import torch
 def test_dataloader_workers_yield_flagos_tensors():
-    loader = DataLoader(_FlagosSquares(), batch_size=2, num_workers=2, multiprocessing_context="spawn",
-                        timeout=TIMEOUT)
+    loader = DataLoader(_FlagosSquares(), batch_size=2, num_workers=2, multiprocessing_context="spawn", timeout=TIMEOUT)
     batches = list(loader)
     assert [b.device.type for b in batches] == ["flagos"] * 4
-    torch.testing.assert_close(torch.cat([b.cpu() for b in batches]),
-                               torch.tensor([float(i * i) for i in range(8)]).repeat_interleave(3).view(8, 3))
+    torch.testing.assert_close(
+        torch.cat([b.cpu() for b in batches]),
+        torch.tensor([float(i * i) for i in range(8)]).repeat_interleave(3).view(8, 3),
+    )
 
 
 @pytest.mark.backing_cpu  # within one process: CUDA IPC handles are for other processes

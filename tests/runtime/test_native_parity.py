@@ -5,6 +5,7 @@ fix. Where the conformance run failed flagos but PyTorch's own CPU kernel fails 
 way under the same conditions (a Python dispatch mode active, as the ops suite's watching mode is;
 a device-keyed algorithm choice), the test shows that: flagos equals the CPU in both conditions.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,5 @@
 """torch.nn on flagos: forward outputs, input gradients and parameter gradients equal the CPU's."""
+
 from __future__ import annotations
 
 import copy

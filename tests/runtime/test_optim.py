@@ -1,4 +1,5 @@
 """Optimizers on flagos reach the same parameters as on the CPU after several steps."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """The PyTorch profiler on flagos: `use_device="flagos"` times device work with the device's profiler
 hooks (host timestamps on the host backing, CUDA events on a CUDA backing); times are never negative,
 stay within the wall time of the profiled code, and profiling costs little."""
+
 from __future__ import annotations
 
 import time

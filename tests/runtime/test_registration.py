@@ -1,5 +1,6 @@
 """How flagos becomes a PyTorch device: torch.flagos, the device name, generated methods, and
 the activation rule (checked in fresh interpreters)."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,19 @@ PLATFORM_ENV = {"FLAGOS_PLATFORM": torch_fl.active_platform().name} if torch_fl.
 
 def test_torch_flagos_module():
     assert torch.flagos is torch_fl.runtime.device or torch.flagos.__name__ == "torch_fl.runtime.device"
-    for name in ("device_count", "current_device", "set_device", "synchronize", "is_available", "Stream", "Event",
-                 "manual_seed", "get_rng_state", "memory_allocated", "get_amp_supported_dtype"):
+    for name in (
+        "device_count",
+        "current_device",
+        "set_device",
+        "synchronize",
+        "is_available",
+        "Stream",
+        "Event",
+        "manual_seed",
+        "get_rng_state",
+        "memory_allocated",
+        "get_amp_supported_dtype",
+    ):
         assert callable(getattr(torch.flagos, name)), name
     assert torch_fl.is_active() and torch_fl.active_platform() is not None
 
@@ -141,9 +153,18 @@ def test_torch_fl_before_torch_activates_once(run_python, tmp_path, program):
 
 
 @pytest.mark.own_process
-@pytest.mark.parametrize("module", ["torch_fl.routing.explanation", "torch_fl.routing.runtime", "torch_fl.runtime",
-                                    "torch_fl.kernels.base", "torch_fl.numerics", "torch_fl.conformance.compare",
-                                    "torch_fl.workloads.decoder"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "torch_fl.routing.explanation",
+        "torch_fl.routing.runtime",
+        "torch_fl.runtime",
+        "torch_fl.kernels.base",
+        "torch_fl.numerics",
+        "torch_fl.conformance.compare",
+        "torch_fl.workloads.decoder",
+    ],
+)
 def test_a_module_of_ours_imported_before_torch_lets_autoload_activate(run_python, module):
     """The first `import torch` may come from inside one of our modules; the autoload it runs must not
     find that module half-imported."""
@@ -176,8 +197,10 @@ def test_every_module_that_imports_torch_is_imported_after_it():
             name = ".".join((package, *parts)).removesuffix(".__init__")
             tree = ast.parse(path.read_text())
             imports_torch = any(
-                isinstance(node, ast.Import) and any(a.name == "torch" or a.name.startswith("torch.") for a in node.names)
-                or isinstance(node, ast.ImportFrom) and node.module is not None
+                isinstance(node, ast.Import)
+                and any(a.name == "torch" or a.name.startswith("torch.") for a in node.names)
+                or isinstance(node, ast.ImportFrom)
+                and node.module is not None
                 and (node.module == "torch" or node.module.startswith("torch."))
                 for node in tree.body
             )

@@ -3,6 +3,7 @@
 On the host backing each flagos device owns a CPU Mersenne-Twister of its own (so flagos draws leave
 the global CPU generator alone); on CUDA the flagos default generator is CUDA's (so flagos numbers
 equal CUDA's under one seed)."""
+
 from __future__ import annotations
 
 import pytest

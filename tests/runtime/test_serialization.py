@@ -1,4 +1,5 @@
 """torch.save / torch.load of flagos tensors and modules, as for CUDA ones."""
+
 from __future__ import annotations
 
 import io

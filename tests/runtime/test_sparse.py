@@ -1,5 +1,6 @@
 """Sparse tensors on flagos: COO and the compressed layouts, built, converted and computed with the
 backing's sparse kernels on the native route; results equal the CPU's."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """Streams and events on flagos: torch.flagos.Stream/Event, stream contexts, current/default streams,
 event timing and synchronisation. On the host backing work is synchronous (events record wall-clock
 time); on CUDA they are CUDA streams and events under a flagos label."""
+
 from __future__ import annotations
 
 import time

@@ -6,6 +6,7 @@ two modules becomes two. flagos answers that question for its dense tensors as P
 CPU and CUDA ones, so the Parameter objects, the optimizer's view of them and the state_dict's
 storage sharing are what they are on the CPU.
 """
+
 from __future__ import annotations
 
 import io

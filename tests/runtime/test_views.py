@@ -1,5 +1,6 @@
 """Views share storage with their base, exactly as on the CPU: geometry, _base, data pointers, and
 writes through a view (or through the base) seen on the other side."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,7 +28,9 @@ VIEWS = {
     "diagonal": lambda x: x.diagonal(),
     "transpose": lambda x: x.transpose(0, 1),
     "permute": lambda x: x[None].permute(2, 0, 1),
-    "unfold": lambda x: x.unfold(1, 2, 2),  # non-overlapping: in-place writes to overlapping windows are order-dependent
+    "unfold": lambda x: x.unfold(
+        1, 2, 2
+    ),  # non-overlapping: in-place writes to overlapping windows are order-dependent
     "as_strided": lambda x: x.as_strided((2, 2), (1, 4), 1),
     "split": lambda x: x.split(2, dim=1)[1],
     "chunk": lambda x: x.chunk(3, dim=0)[2],

@@ -5,6 +5,7 @@ it generates Triton kernels on flagos (CUDA) memory. Either way, operators induc
 kernels (mm, addmm) must still dispatch through flagos, where the native route serves them.
 The CUDA tests run on a GPU board with FLAGOS_PLATFORM=nvidia_h200.
 """
+
 from __future__ import annotations
 
 import copy
@@ -108,8 +109,14 @@ def test_registration_is_lazy():
         "assert inductor.registered() == 'cpu' and y.device.type == 'flagos' and y.tolist() == [3.0] * 4\n"
     )
     env = dict(os.environ, FLAGOS_PLATFORM="host_ref")
-    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], env=env,
-                            capture_output=True, text=True, timeout=540)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -3,6 +3,7 @@ user asks for it (FLAGOS_ALIAS_CUDA=1); where real CUDA exists it is never hijac
 
 The alias changes process-wide state, so each case runs in its own interpreter.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,10 +47,12 @@ def _run(body: str, **env: str | None) -> dict:
         else:
             full_env[key] = value
     code = PRELUDE + textwrap.dedent(body) + "\nprint('FACTS=' + json.dumps(facts))\n"
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=540)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=540
+    )
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     line = [entry for entry in result.stdout.splitlines() if entry.startswith("FACTS=")][-1]
-    return json.loads(line[len("FACTS="):])
+    return json.loads(line[len("FACTS=") :])
 
 
 ALIAS_BODY = """

@@ -9,6 +9,7 @@ CASE RANK WORLD INIT_FILE OUT_JSON`), which writes its results as JSON for the t
   plain NCCL group in a process that never imports torch_fl (plain CUDA autograd cannot run in a
   process where flagos is registered: pytorch/pytorch#161129).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[2]
@@ -46,7 +46,11 @@ def _launch(case: str, world: int, env: dict[str, str | None]) -> list[dict]:
         procs = [
             subprocess.Popen(
                 [sys.executable, str(HERE), case, str(r), str(world), init_file, outs[r]],
-                cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                cwd=REPO,
+                env=full_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
             )
             for r in range(world)
         ]
@@ -101,11 +105,15 @@ def test_default_init_picks_the_flagos_backend(host_run):
 
 
 def test_collectives_equal_plain_cpu_gloo(host_run):
-    for rank, (flagos, cpu) in enumerate(zip(_part(host_run, "collectives_flagos"), _part(host_run, "collectives_cpu"))):
+    for rank, (flagos, cpu) in enumerate(
+        zip(_part(host_run, "collectives_flagos"), _part(host_run, "collectives_cpu"))
+    ):
         assert flagos["devices"] == ["flagos"], flagos["devices"]
         assert flagos["values"].keys() == cpu["values"].keys()
         for name, expected in cpu["values"].items():
-            assert flagos["values"][name] == expected, f"rank {rank}: {name}: flagos {flagos['values'][name]} != cpu {expected}"
+            assert flagos["values"][name] == expected, (
+                f"rank {rank}: {name}: flagos {flagos['values'][name]} != cpu {expected}"
+            )
 
 
 def test_async_work_future_holds_flagos_tensors(host_run):
@@ -302,7 +310,11 @@ def _future_case(device: str, world: int) -> dict:
     work = dist.all_reduce(x, async_op=True)
     value = work.get_future().wait()
     work.wait()
-    return {"device": value[0].device.type, "value": value[0].tolist(), "same_tensor": value[0].data_ptr() == x.data_ptr()}
+    return {
+        "device": value[0].device.type,
+        "value": value[0].tolist(),
+        "same_tensor": value[0].data_ptr() == x.data_ptr(),
+    }
 
 
 def _ddp_case_host(rank: int, world: int) -> dict:

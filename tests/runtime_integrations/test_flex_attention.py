@@ -3,6 +3,7 @@
 The host backing follows the CPU's rules (inference only; inductor's C++ template when compiled);
 the CUDA backing the GPU's (with backward; the Triton template), run on the board.
 """
+
 from __future__ import annotations
 
 import pytest

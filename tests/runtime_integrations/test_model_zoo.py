@@ -3,6 +3,7 @@ fp32 losses bitwise equal to the CPU's for three AdamW steps, and the generating
 same greedy tokens. On the host backing flagos runs the CPU's own kernels, so nothing short of
 equality is right. (On a CUDA board the same architectures are compared by bench/model_zoo.py.)
 """
+
 from __future__ import annotations
 
 import copy

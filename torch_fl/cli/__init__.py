@@ -1,4 +1,5 @@
 """The `torch-fl` command: one typer app; each command group lives in its own module."""
+
 from __future__ import annotations
 
 import typer

@@ -7,6 +7,7 @@ are in the record; the gate enables exactly what passed), 1 when it did not; wit
 the file the run wrote: the record, the partial record beside a complete one (`partial`: a subset
 run), or, for a run that did not complete, its interim record in the run folder.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,26 +41,38 @@ def run_cmd(
     name: str = typer.Argument(..., help="Platform to check (a folder under platforms/ or FLAGOS_PLATFORM_PATH)."),
     k: str | None = typer.Option(None, "-k", help="pytest -k expression selecting items, e.g. 'add and float32'."),
     workers: str = typer.Option("auto", "-n", help="Worker processes: 'auto' or a number (at least 1)."),
-    suite: str | None = typer.Option(
-        None, "--suite", help="Comma-separated suites: " + ",".join(SUITES) + "."
+    suite: str | None = typer.Option(None, "--suite", help="Comma-separated suites: " + ",".join(SUITES) + "."),
+    paths: str | None = typer.Option(
+        None, "--paths", help="Comma-separated route paths to exercise: native,flaggems,vendor,emulated,cpu."
     ),
-    paths: str | None = typer.Option(None, "--paths", help="Comma-separated route paths to exercise: native,flaggems,vendor,emulated,cpu."),
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its journal (skips recorded cases)."),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue an interrupted run from its journal (skips recorded cases)."
+    ),
     add: bool = typer.Option(
-        False, "--add", help="Add the selected cases to the complete record made here, replacing cases of the same id; "
-        "the record changes only when the run completes."
+        False,
+        "--add",
+        help="Add the selected cases to the complete record made here, replacing cases of the same id; "
+        "the record changes only when the run completes.",
     ),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds one case may take before it is stopped as hung."),
-    warmup_timeout: float = typer.Option(900.0, "--warmup-timeout", help="Seconds for the first call per op of a compiling path (FlagGems autotuning)."),
+    warmup_timeout: float = typer.Option(
+        900.0, "--warmup-timeout", help="Seconds for the first call per op of a compiling path (FlagGems autotuning)."
+    ),
     samples: int = typer.Option(2, "--samples", min=1, help="OpInfo samples per op and dtype."),
     sweep: str = typer.Option(
-        "all", "--sweep", help="Ops the sweep suite sweeps: 'all' a gated path implements, or 'routed': those the "
-        "route table can send off native (the others are proven at OpInfo sizes only)."
+        "all",
+        "--sweep",
+        help="Ops the sweep suite sweeps: 'all' a gated path implements, or 'routed': those the "
+        "route table can send off native (the others are proven at OpInfo sizes only).",
     ),
-    record_dir: Path | None = typer.Option(None, "--record-dir", help="Write the record here instead of the platform's records/ folder."),
+    record_dir: Path | None = typer.Option(
+        None, "--record-dir", help="Write the record here instead of the platform's records/ folder."
+    ),
     fail_on_failure: bool = typer.Option(
-        False, "--fail-on-failure", help="Exit 2 when the run completed but a case of a non-native path failed, "
-        "errored, crashed or timed out (CI: the gate still disables just those keys)."
+        False,
+        "--fail-on-failure",
+        help="Exit 2 when the run completed but a case of a non-native path failed, "
+        "errored, crashed or timed out (CI: the gate still disables just those keys).",
     ),
     as_json: bool = JsonOption,
 ) -> None:
@@ -69,8 +82,19 @@ def run_cmd(
     from torch_fl.platform.errors import PlatformError
 
     options = RunOptions(
-        platform=name, k=k, workers=workers, suites=_split(suite), paths=_split(paths), resume=resume, add=add,
-        timeout=timeout, record_dir=record_dir, quiet=as_json, samples=samples, warmup_timeout=warmup_timeout, sweep=sweep,
+        platform=name,
+        k=k,
+        workers=workers,
+        suites=_split(suite),
+        paths=_split(paths),
+        resume=resume,
+        add=add,
+        timeout=timeout,
+        record_dir=record_dir,
+        quiet=as_json,
+        samples=samples,
+        warmup_timeout=warmup_timeout,
+        sweep=sweep,
     )
     try:
         outcome = run(options)
@@ -91,9 +115,14 @@ def run_cmd(
     if record is not None:
         s = record["summary"]
         data.update(
-            cases=s["total"], by_status=s["by_status"], by_suite=s["by_suite"], by_path=s["by_path"],
-            ops_criterion=s["ops_criterion"], distinct_failures=s["distinct_failures"],
-            failures_by_path=failures_by_path(s["by_path"]), cases_per_s=s.get("cases_per_s"),
+            cases=s["total"],
+            by_status=s["by_status"],
+            by_suite=s["by_suite"],
+            by_path=s["by_path"],
+            ops_criterion=s["ops_criterion"],
+            distinct_failures=s["distinct_failures"],
+            failures_by_path=failures_by_path(s["by_path"]),
+            cases_per_s=s.get("cases_per_s"),
             not_swept=s.get("not_swept", []),
         )
 
@@ -108,12 +137,20 @@ def run_cmd(
         for group, rows in (("suite", s["by_suite"]), ("path", s["by_path"])):
             for key, row in rows.items():
                 other = sum(row.get(x, 0) for x in ("error", "crashed", "timeout"))
-                table.add_row(f"{group} {key}", str(row.get("passed", 0)), str(row.get("failed", 0)), str(other),
-                              str(row.get("skipped", 0)), _pct(row["pass_rate"]))
+                table.add_row(
+                    f"{group} {key}",
+                    str(row.get("passed", 0)),
+                    str(row.get("failed", 0)),
+                    str(other),
+                    str(row.get("skipped", 0)),
+                    _pct(row["pass_rate"]),
+                )
         console.print(table)
         crit = s["ops_criterion"]
         if crit["judged"]:
-            console.print(f"ops criterion: {_pct(crit['rate'])} of {crit['judged']} baseline-passing cases pass (target {_pct(crit['target'])})")
+            console.print(
+                f"ops criterion: {_pct(crit['rate'])} of {crit['judged']} baseline-passing cases pass (target {_pct(crit['target'])})"
+            )
         note = ""
         if not outcome.complete:
             note = " [yellow](incomplete: --resume continues it)[/]"
@@ -124,7 +161,9 @@ def run_cmd(
             console.print(f"summary: {escape(str(outcome.summary_file))}")
         console.print(f"wall time: {outcome.wall_s:.0f} s ({s.get('cases_per_s') or '-'} cases/s)")
         if not outcome.complete:
-            err_console.print(f"[bold red]the run did not complete[/] (pytest exit {outcome.returncode}); log: {outcome.log_file}")
+            err_console.print(
+                f"[bold red]the run did not complete[/] (pytest exit {outcome.returncode}); log: {outcome.log_file}"
+            )
 
     emit(data, as_json, human)
     if not outcome.complete:

@@ -1,4 +1,5 @@
 """`torch-fl env`: every environment variable torch-fl reads, from the declarations in the code."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """`torch-fl kernel add`: give a platform a vendor kernel for one aten op (stub, route, descriptor entry)."""
+
 from __future__ import annotations
 
 import typer
@@ -15,7 +16,9 @@ app.add_typer(kernel_app, name="kernel")
 def add_cmd(
     name: str = typer.Argument(..., help="Platform name."),
     op: str = typer.Option(..., "--op", help="The aten overload, e.g. aten::silu or aten::add.Tensor."),
-    function: str | None = typer.Option(None, "--function", help="Function name in the vendor module (default: from the op)."),
+    function: str | None = typer.Option(
+        None, "--function", help="Function name in the vendor module (default: from the op)."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; write nothing."),
     as_json: bool = JsonOption,
 ) -> None:

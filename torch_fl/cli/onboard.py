@@ -1,4 +1,5 @@
 """`torch-fl onboard`: scaffold a new platform from the descriptor model and the onboarding templates."""
+
 from __future__ import annotations
 
 from enum import Enum
@@ -12,6 +13,7 @@ from torch_fl.cli.output import JsonOption, console, emit, err_console, fail
 
 EXIT_SKIPPED = 3
 """Exit status when files a person edited were kept (the report says which); 1 is a refused request."""
+
 
 class Backing(str, Enum):
     cpu = "cpu"
@@ -27,10 +29,14 @@ def onboard_cmd(
     like: str | None = typer.Option(None, "--like", help="Start from this platform's descriptor and routes."),
     backing: Backing | None = typer.Option(None, "--backing", help="Backing device (default: --like's, else cpu)."),
     root: Path | None = typer.Option(
-        None, "--root", help="Repository root: the workflow goes to ROOT/.github/workflows (default: current directory)."
+        None,
+        "--root",
+        help="Repository root: the workflow goes to ROOT/.github/workflows (default: current directory).",
     ),
     platforms_dir: Path | None = typer.Option(
-        None, "--platforms-dir", help="Folder the platform folder goes in (default: ROOT/platforms); any other is a FLAGOS_PLATFORM_PATH folder."
+        None,
+        "--platforms-dir",
+        help="Folder the platform folder goes in (default: ROOT/platforms); any other is a FLAGOS_PLATFORM_PATH folder.",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be written; write nothing."),
     force: bool = typer.Option(False, "--force", help="Overwrite edited files, and allow a name that already exists."),
@@ -58,7 +64,9 @@ def onboard_cmd(
         table.add_column("action")
         for entry in data["files"]:
             style = _STYLE[entry["action"]]
-            table.add_row(entry["path"], f"[{style}]{entry['action']}[/]" + (f"  {entry['reason']}" if "reason" in entry else ""))
+            table.add_row(
+                entry["path"], f"[{style}]{entry['action']}[/]" + (f"  {entry['reason']}" if "reason" in entry else "")
+            )
         console.print(table)
         for warning in report.warnings:
             err_console.print(f"[yellow]warning:[/] {warning}")

@@ -1,4 +1,5 @@
 """Shared output for every command: human text through rich, or one JSON document with --json."""
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ def emit(data: Any, as_json: bool, human: Any = None) -> None:
         console.print_json(json.dumps(data, default=str))
 
 
-def fail(message: str, as_json: bool, code: int = 1, **extra: Any) -> "typer.Exit":
+def fail(message: str, as_json: bool, code: int = 1, **extra: Any) -> typer.Exit:
     """Report an error the same way in both modes and return the Exit to raise."""
     if as_json:
         sys.stdout.write(json.dumps({"ok": False, "error": message, **extra}, indent=2, default=str) + "\n")

@@ -2,6 +2,7 @@
 
 None of them imports torch or the runtime: they read descriptors, records and package metadata.
 """
+
 from __future__ import annotations
 
 import sys
@@ -60,7 +61,9 @@ def _origin(source: PlatformSource) -> str:
     return f"{source.origin} (overrides {', '.join(str(p) for p in source.overrides)})"
 
 
-def _select(loaded: dict[str, PlatformDescriptor], detections: list[Detection], broken: dict) -> tuple[Selection | None, str | None]:
+def _select(
+    loaded: dict[str, PlatformDescriptor], detections: list[Detection], broken: dict
+) -> tuple[Selection | None, str | None]:
     try:
         return select_platform(loaded, detections, broken), None
     except PlatformError as exc:
@@ -100,20 +103,32 @@ def list_cmd(as_json: bool = JsonOption) -> None:
             )
         rows.append(row)
     active = asdict(selection) if selection is not None else None
-    data = {"torch": installed_version("torch"), "active": active, "selection_error": selection_error, "platforms": rows}
+    data = {
+        "torch": installed_version("torch"),
+        "active": active,
+        "selection_error": selection_error,
+        "platforms": rows,
+    }
 
     def human() -> None:
         table = Table(title="torch-fl platforms")
         for column in ("name", "status", "backing", "origin", "active"):
             table.add_column(column)
         for row in rows:
-            table.add_row(row["name"], row["status"], row.get("backing", "-"), _origin(sources[row["name"]]), "yes" if row["active"] else "")
+            table.add_row(
+                row["name"],
+                row["status"],
+                row.get("backing", "-"),
+                _origin(sources[row["name"]]),
+                "yes" if row["active"] else "",
+            )
         console.print(table)
         for row in rows:
             if row["status"] in ("stale", "error") and row["reasons"]:  # "unvalidated" says it all: no record
                 reasons = "; ".join(row["reasons"])
-                console.print(f"{escape(row['name'])} is {row['status']}: {escape(reasons)}", highlight=False,
-                              soft_wrap=True)
+                console.print(
+                    f"{escape(row['name'])} is {row['status']}: {escape(reasons)}", highlight=False, soft_wrap=True
+                )
         if selection is not None:
             console.print(f"active: [bold]{selection.name}[/] ({escape(selection.reason)})")
         else:
@@ -155,7 +170,11 @@ def show_cmd(name: str = typer.Argument(..., help="Platform name."), as_json: bo
             ("folder", str(sources[name].directory)),
             ("boards", row.boards),
             ("vendor", row.vendor),
-            ("backing", row.backing + ("" if row.backing in RUNTIME_BACKINGS else " (descriptor only: the runtime drives cpu and cuda)")),
+            (
+                "backing",
+                row.backing
+                + ("" if row.backing in RUNTIME_BACKINGS else " (descriptor only: the runtime drives cpu and cuda)"),
+            ),
             ("kernel sets", ", ".join(descriptor.kernels.declared())),
             ("route defaults", ", ".join(descriptor.routes.defaults)),
             ("SDK", row.sdk),
@@ -203,18 +222,24 @@ def _print_inspection(result: Inspection) -> None:
         return
     assert result.manifest is not None
     built = result.manifest["built_with"]
-    console.print(f"built with torch {built['torch']} (C++11 ABI: {built['cxx11_abi']}), Python {built['python']}; "
-                  f"requires torch {result.manifest['torch_requirement']}")
+    console.print(
+        f"built with torch {built['torch']} (C++11 ABI: {built['cxx11_abi']}), Python {built['python']}; "
+        f"requires torch {result.manifest['torch_requirement']}"
+    )
     table = Table(title="release table")
     for column in ("platform", "backing", "kernel sets", "pinned", "SDK", "provenance"):
         table.add_column(column)
     for name, row in result.manifest["platforms"].items():
         sdk = row["sdk"] or {}
         missing = result.provenance.get(name)
-        table.add_row(name, row["backing"], ", ".join(row["kernel_sets"]),
-                      ", ".join(f"{p}=={v}" for p, v in row["kernel_pins"].items()) or "-",
-                      " ".join(filter(None, (sdk.get("name"), sdk.get("version")))) or "-",
-                      "[red]missing " + ", ".join(missing) + "[/]" if missing else "[green]ok[/]")
+        table.add_row(
+            name,
+            row["backing"],
+            ", ".join(row["kernel_sets"]),
+            ", ".join(f"{p}=={v}" for p, v in row["kernel_pins"].items()) or "-",
+            " ".join(filter(None, (sdk.get("name"), sdk.get("version")))) or "-",
+            "[red]missing " + ", ".join(missing) + "[/]" if missing else "[green]ok[/]",
+        )
     console.print(table)
     for drift in result.drift:
         console.print(f"[yellow]warning:[/] {drift.what}: built with {drift.built}, here {drift.here}")
@@ -253,7 +278,12 @@ def preflight_cmd(
         loaded, broken = load_all()
         markdown = matrix_markdown(loaded)
         errors = {n: str(e) for n, e in broken.items()}
-        data = {"ok": not errors, "markdown": markdown, "rows": [asdict(matrix_row(d)) for _, d in sorted(loaded.items())], "errors": errors}
+        data = {
+            "ok": not errors,
+            "markdown": markdown,
+            "rows": [asdict(matrix_row(d)) for _, d in sorted(loaded.items())],
+            "errors": errors,
+        }
 
         def human() -> None:
             sys.stdout.write(markdown)

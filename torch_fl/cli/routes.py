@@ -1,9 +1,11 @@
 """`torch-fl routes show|explain|stats|tune`: inspect and tune a platform's route table."""
+
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import typer
 from rich.table import Table
@@ -23,7 +25,7 @@ def _descriptor(name: str, as_json: bool) -> Any:
     try:
         return load_platform(name)
     except (PlatformError, KeyError) as exc:
-        raise fail(str(exc), as_json, 2)
+        raise fail(str(exc), as_json, 2) from None
 
 
 def _activate(name: str, as_json: bool) -> Any:
@@ -32,7 +34,7 @@ def _activate(name: str, as_json: bool) -> Any:
     try:
         return torch_fl.activate(name)
     except Exception as exc:
-        raise fail(f"cannot activate platform {name!r}: {exc}", as_json, 2)
+        raise fail(f"cannot activate platform {name!r}: {exc}", as_json, 2) from None
 
 
 def workload_step(workload: str, backing: str) -> Callable[[], Any]:
@@ -66,18 +68,22 @@ def show(name: str = typer.Argument(..., help="Platform name."), as_json: bool =
     try:
         table = route_table.load(Path(descriptor.directory) / descriptor.routes.file)
     except route_table.RouteTableError as exc:
-        raise fail(str(exc), as_json, 2)
+        raise fail(str(exc), as_json, 2) from None
     gate = Gate(descriptor, current_status(descriptor))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for op, route in sorted(table.ops.items()):
-        validated = {path: sorted(gate.proven_keys(op, path)) for path in route.candidates if path not in ("native", "cpu")}
-        rows.append({
-            "op": op,
-            "candidates": route.candidates,
-            "validated_keys": validated,
-            "buckets": [b.model_dump(exclude_none=True) for b in route.buckets],
-            "provenance": route.provenance.model_dump(exclude_none=True) if route.provenance else None,
-        })
+        validated = {
+            path: sorted(gate.proven_keys(op, path)) for path in route.candidates if path not in ("native", "cpu")
+        }
+        rows.append(
+            {
+                "op": op,
+                "candidates": route.candidates,
+                "validated_keys": validated,
+                "buckets": [b.model_dump(exclude_none=True) for b in route.buckets],
+                "provenance": route.provenance.model_dump(exclude_none=True) if route.provenance else None,
+            }
+        )
     defaults = list(table.default or descriptor.routes.defaults)
     data = {"ok": True, "platform": name, "record": gate.state, "defaults": defaults, "ops": rows}
 
@@ -87,7 +93,9 @@ def show(name: str = typer.Argument(..., help="Platform name."), as_json: bool =
             t.add_column(column)
         for row in rows:
             ok = ", ".join(f"{p}:{len(v)} keys" for p, v in row["validated_keys"].items())
-            buckets = "; ".join(f"<={b['max_numel']}{' ' + b['dtype'] if b.get('dtype') else ''}:{b['choice']}" for b in row["buckets"])
+            buckets = "; ".join(
+                f"<={b['max_numel']}{' ' + b['dtype'] if b.get('dtype') else ''}:{b['choice']}" for b in row["buckets"]
+            )
             reason = (row["provenance"] or {}).get("note", "")
             t.add_row(row["op"], ", ".join(row["candidates"]), ok, buckets, reason)
         console.print(t)
@@ -108,7 +116,7 @@ def explain(
     try:
         result = explain_op(op)
     except ValueError as exc:
-        raise fail(str(exc), as_json, 2)
+        raise fail(str(exc), as_json, 2) from None
     emit({"ok": True, **result.as_dict()}, as_json, lambda: console.print(str(result)))
 
 
@@ -134,8 +142,9 @@ def stats(
 
     def human() -> None:
         table = Table(title=f"route calls on {name}: {workload}, {steps} step(s)")
-        for column, justify in (("calls", "right"), ("path", "left"), ("op", "left")):
-            table.add_column(column, justify=justify)
+        table.add_column("calls", justify="right")
+        table.add_column("path")
+        table.add_column("op")
         for row in rows:
             table.add_row(str(row.calls), row.path, row.op)
         console.print(table)
@@ -147,7 +156,8 @@ def stats(
 def tune(
     name: str = typer.Argument(..., help="Platform name."),
     workload: str = typer.Option(
-        "", help=f"{'|'.join(BUILTIN_WORKLOADS)} or a script defining make_step(device) (default: large on GPUs, tiny on the host)."
+        "",
+        help=f"{'|'.join(BUILTIN_WORKLOADS)} or a script defining make_step(device) (default: large on GPUs, tiny on the host).",
     ),
     steps: int = typer.Option(5, help="Steps per timing of the whole workload."),
     paths: Optional[str] = typer.Option(None, help="Only consider these paths besides native (comma-separated)."),
@@ -167,7 +177,7 @@ def tune(
     try:
         step = workload_step(workload, backing)
     except (FileNotFoundError, AttributeError) as exc:
-        raise fail(str(exc), as_json, 2)
+        raise fail(str(exc), as_json, 2) from None
     say: Callable[[str], None] = (lambda m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]"))
     report = run_tune(
         router(),

@@ -1,4 +1,5 @@
 """`torch-fl skills list|show|install`: the agent skills shipped with torch-fl."""
+
 from __future__ import annotations
 
 import sys
@@ -23,7 +24,12 @@ def list_cmd(as_json: bool = JsonOption) -> None:
         skills = all_skills()
     except SkillError as exc:
         raise fail(str(exc), as_json) from None
-    data = {"ok": True, "skills": [{"name": s.name, "description": s.description, "path": str(s.directory / "SKILL.md")} for s in skills]}
+    data = {
+        "ok": True,
+        "skills": [
+            {"name": s.name, "description": s.description, "path": str(s.directory / "SKILL.md")} for s in skills
+        ],
+    }
 
     def human() -> None:
         table = Table(title="torch-fl skills")
@@ -45,7 +51,13 @@ def show_cmd(name: str = typer.Argument(..., help="Skill name."), as_json: bool 
         skill = get_skill(name)
     except SkillError as exc:
         raise fail(str(exc), as_json) from None
-    data = {"ok": True, "name": skill.name, "description": skill.description, "path": str(skill.directory / "SKILL.md"), "text": skill.text}
+    data = {
+        "ok": True,
+        "name": skill.name,
+        "description": skill.description,
+        "path": str(skill.directory / "SKILL.md"),
+        "text": skill.text,
+    }
     emit(data, as_json, lambda: sys.stdout.write(skill.text))
 
 
@@ -64,7 +76,12 @@ def install_cmd(
         outcomes = install(destination, skill or None, dry_run)
     except (SkillError, OSError) as exc:
         raise fail(str(exc), as_json) from None
-    data = {"ok": True, "directory": str(destination), "dry_run": dry_run, "files": [o.as_dict(destination) for o in outcomes]}
+    data = {
+        "ok": True,
+        "directory": str(destination),
+        "dry_run": dry_run,
+        "files": [o.as_dict(destination) for o in outcomes],
+    }
 
     def human() -> None:
         for o in outcomes:

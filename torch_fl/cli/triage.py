@@ -1,4 +1,5 @@
 """`torch-fl triage`: classify and deduplicate the failures of a conformance record; compare with an older one."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,7 +15,9 @@ from torch_fl.cli.output import JsonOption, console, emit, fail
 @app.command("triage")
 def triage_cmd(
     name: str = typer.Argument(..., help="Platform name."),
-    record: Path | None = typer.Option(None, "--record", help="Record to read (default: the platform's record for this torch line)."),
+    record: Path | None = typer.Option(
+        None, "--record", help="Record to read (default: the platform's record for this torch line)."
+    ),
     against: Path | None = typer.Option(
         None, "--against", help="An older record, or a saved `torch-fl triage --json` report, to compare with."
     ),
@@ -30,7 +33,9 @@ def triage_cmd(
 
     try:
         if record is None:
-            record = default_record(load_platform(name).directory)
+            directory = load_platform(name).directory
+            assert directory is not None, "a loaded platform knows its folder"
+            record = default_record(directory)
         loaded, cases = read_record(record)
         baseline = read_baseline(against) if against is not None else None
     except PlatformError as exc:
@@ -42,16 +47,23 @@ def triage_cmd(
     def human() -> None:
         s = report["summary"]
         # record paths, messages and op names are data: escaped, so rich reads no markup in them
-        console.print(f"{name}: {s['cases']} cases, {s['passed']} passed, {s['failing']} failing in {s['groups']} "
-                      f"group(s)  [dim]{escape(str(Path(record).resolve()))}[/]", soft_wrap=True)
+        console.print(
+            f"{name}: {s['cases']} cases, {s['passed']} passed, {s['failing']} failing in {s['groups']} "
+            f"group(s)  [dim]{escape(str(Path(record).resolve()))}[/]",
+            soft_wrap=True,
+        )
         if report["groups"]:
             table = Table()
             for column in ("kind", "count", "ops", "paths", "message"):
                 table.add_column(column)
             for g in report["groups"]:
                 ops = ", ".join(g["ops"][:4]) + (" ..." if len(g["ops"]) > 4 else "")
-                table.add_row(*(escape(v) for v in (g["category"], str(g["count"]), ops, ", ".join(g["paths"]),
-                                                      g["message"][:120])))
+                table.add_row(
+                    *(
+                        escape(v)
+                        for v in (g["category"], str(g["count"]), ops, ", ".join(g["paths"]), g["message"][:120])
+                    )
+                )
             console.print(table)
             console.print("re-run the first case of a group (its record goes to a scratch folder):")
             for g in report["groups"]:

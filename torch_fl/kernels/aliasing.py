@@ -5,9 +5,11 @@ modules, emulation, the Python form of native): arguments become backing aliases
 back as flagos tensors, and a result that is an argument's alias (in-place, out=) is returned as
 the original flagos tensor, as the C++ route does.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

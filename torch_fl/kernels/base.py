@@ -1,7 +1,9 @@
 """The contract every execution path implements, kept as small as possible."""
+
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import torch
 
@@ -15,8 +17,7 @@ class KernelSet(Protocol):
         """The aten overloads this path offers ("aten::name.overload"); native/cpu offer all."""
         ...
 
-    def implements(self, op: str) -> bool:
-        ...
+    def implements(self, op: str) -> bool: ...
 
     def call(self, op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run `op` on flagos tensors and return flagos results."""

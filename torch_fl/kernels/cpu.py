@@ -3,9 +3,11 @@
 Normally served by the C++ core (counted there, logged with FLAGOS_LOG_FALLBACK=1); this Python
 form runs when a route with several candidates falls back to it.
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map
@@ -69,6 +71,6 @@ def _copy_back(host: torch.Tensor, original: torch.Tensor) -> None:
 def _bound(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     """The argument values in schema order."""
     values = list(args)
-    for argument in op._schema.arguments[len(args):]:
+    for argument in op._schema.arguments[len(args) :]:
         values.append(kwargs.get(argument.name))
     return values

@@ -4,9 +4,11 @@ FP8 tensors only store bits; every conversion is software (fp8.py) and the matmu
 on the backing's ordinary kernels. Offered ops: `_scaled_mm` and `_to_copy` (conversions from or
 to an FP8 dtype; other conversions go to the native path).
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any, Optional
 
 import torch
 

@@ -4,10 +4,12 @@
 list comes from FlagGems' own registration table; the committed snapshot serves where FlagGems
 cannot be imported (any CPU machine), so route tables can name the candidates everywhere.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
 
 import torch
 

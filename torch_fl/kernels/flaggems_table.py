@@ -48,8 +48,9 @@ from __future__ import annotations
 import ast
 import hashlib
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = [
     "ABSENT_IN_TORCH",
@@ -132,8 +133,7 @@ _CALL: dict[str, str] = {
     " rng_state/unused",
     "aten::native_dropout": "train=None is treated as eval (aten treats it as train)",
     "aten::_assert_async": "tl.device_assert: a no-op unless TRITON_DEBUG=1",
-    "aten::_functional_sym_constrain_range_for_size": "returns dep_token itself (an alias), checks"
-    " no range",
+    "aten::_functional_sym_constrain_range_for_size": "returns dep_token itself (an alias), checks no range",
     "aten::_to_copy": "cross-device/complex inputs redispatch to aten (CompositeExplicitAutograd),"
     " and device= must be the alias device",
     "aten::copy_": "cross-device, overlapping, complex or >2**31-element copies redispatch to aten",
@@ -144,8 +144,7 @@ def _special() -> dict[str, str]:
     reasons: dict[str, list[str]] = {}
     for op in sorted(_COMPOSITE_IMPLICIT):
         reasons.setdefault(op, []).append(
-            "composite-implicit: torch decomposes it above the backend, and FlagGems' CUDA"
-            " override has no autograd"
+            "composite-implicit: torch decomposes it above the backend, and FlagGems' CUDA override has no autograd"
         )
     for op, why in ABSENT_IN_TORCH.items():
         reasons.setdefault(op, []).append(f"absent: {why}")

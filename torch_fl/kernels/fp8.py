@@ -6,6 +6,7 @@ kernels. e5m2 overflows to infinity at |x| >= 61440. e4m3fn has no infinity (464
 even, 448), and what |x| > 464 and +-inf become changed between releases (measured: +-448 in torch
 2.13, NaN in 2.11): the rule is probed once, from PyTorch itself, when this module loads.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,7 +35,9 @@ def _pytorch_saturates(dtype: torch.dtype) -> bool:
 
 
 FORMATS = {
-    torch.float8_e4m3fn: Format(torch.float8_e4m3fn, 3, 7, 464.0, False, False, 0x7E, _pytorch_saturates(torch.float8_e4m3fn)),
+    torch.float8_e4m3fn: Format(
+        torch.float8_e4m3fn, 3, 7, 464.0, False, False, 0x7E, _pytorch_saturates(torch.float8_e4m3fn)
+    ),
     torch.float8_e5m2: Format(torch.float8_e5m2, 2, 15, 61440.0, True, True, 0x7B),
 }
 

@@ -10,9 +10,11 @@ kernel: `_to_copy` to the CPU, for one, pins its result only for an accelerator 
 Python form therefore redispatches to the same composite; every other op runs the backing's own
 kernel on aliases, as the C++ route does.
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 

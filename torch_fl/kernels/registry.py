@@ -1,4 +1,5 @@
 """Builds the execution paths a platform declares."""
+
 from __future__ import annotations
 
 from torch_fl.kernels.base import KernelSet

@@ -4,13 +4,15 @@ Contract for vendor functions (what `torch-fl onboard` scaffolds): they receive 
 arguments with flagos tensors replaced by zero-copy tensors of the backing device, and return
 backing tensors (or write in place / into `out=`), exactly like the backing's aten kernel would.
 """
+
 from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
@@ -23,6 +25,7 @@ from torch_fl.platform.loader import vendor_module_file
 def load_vendor_module(descriptor: PlatformDescriptor) -> ModuleType:
     """Import the descriptor's vendor module: a regular file inside the platform folder, checked again here
     because the folder may have changed since the descriptor was loaded."""
+    assert descriptor.directory is not None, "a loaded descriptor knows its folder"
     path = vendor_module_file(descriptor, Path(descriptor.directory))
     name = f"torch_fl_vendor_{descriptor.name}"
     if name in sys.modules:
@@ -43,6 +46,7 @@ class VendorKernels:
 
     def __init__(self, descriptor: PlatformDescriptor) -> None:
         self.descriptor = descriptor
+        assert descriptor.kernels.vendor is not None, "built only for descriptors that declare vendor kernels"
         self.functions = dict(descriptor.kernels.vendor.ops)
         self._module: ModuleType | None = None
 

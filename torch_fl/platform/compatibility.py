@@ -8,6 +8,7 @@ environment drifted from the build, and fails a release table whose platforms la
 provenance (a device platform names its SDK and version; a vendor kernel module that is not a file
 in the package names the distribution and version it comes from).
 """
+
 from __future__ import annotations
 
 import json
@@ -83,8 +84,9 @@ def platform_entry(descriptor: PlatformDescriptor) -> dict[str, Any]:
     }
 
 
-def build_manifest(version: str, torch_requirement: str | None,
-                   descriptors: Mapping[str, PlatformDescriptor]) -> dict[str, Any]:
+def build_manifest(
+    version: str, torch_requirement: str | None, descriptors: Mapping[str, PlatformDescriptor]
+) -> dict[str, Any]:
     """The content of compatibility.json for a package `version` shipping `descriptors`."""
     return {
         "format": FORMAT,
@@ -137,8 +139,14 @@ class Inspection:
         return self.error is None and not self.provenance
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "source": self.source, "error": self.error, "manifest": self.manifest,
-                "drift": [asdict(d) for d in self.drift], "provenance": self.provenance}
+        return {
+            "ok": self.ok,
+            "source": self.source,
+            "error": self.error,
+            "manifest": self.manifest,
+            "drift": [asdict(d) for d in self.drift],
+            "provenance": self.provenance,
+        }
 
 
 def environment_drift(manifest: Mapping[str, Any], platform: str | None) -> list[Drift]:

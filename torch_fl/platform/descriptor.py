@@ -5,6 +5,7 @@ values are not coerced), and the published JSON Schema is generated from them. C
 (a route names a declared kernel set, AMP dtypes are among the dtypes, virtual devices only on a
 cpu backing) are checked here too, so a model that exists is a model that is consistent.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,11 +42,25 @@ RULE_KINDS: tuple[str, ...] = ("env", "python_module", "path_exists", "cuda_devi
 BackingDevice = Literal["cpu", "cuda", "npu", "musa", "gcu", "xpu_kunlun", "bpu"]
 KernelSetName = Literal["native", "flaggems", "vendor", "emulated", "cpu"]
 DType = Literal[
-    "float64", "float32", "float16", "bfloat16",
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-    "complex128", "complex64", "complex32",
-    "int64", "int32", "int16", "int8",
-    "uint64", "uint32", "uint16", "uint8",
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "complex128",
+    "complex64",
+    "complex32",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint64",
+    "uint32",
+    "uint16",
+    "uint8",
     "bool",
 ]
 AmpDType = Literal["float16", "bfloat16"]
@@ -72,7 +87,9 @@ class _Model(BaseModel):
 class Backing(_Model):
     """The device whose memory and aten kernels back flagos tensors."""
 
-    device: BackingDevice = Field(description="Backing device type; the runtime drives cpu and cuda, others load as descriptors only.")
+    device: BackingDevice = Field(
+        description="Backing device type; the runtime drives cpu and cuda, others load as descriptors only."
+    )
     virtual_devices: int | None = Field(
         None, ge=1, description="Number of flagos devices emulated on the host (cpu backing only; default 2)."
     )
@@ -88,7 +105,9 @@ class Backing(_Model):
     @model_validator(mode="after")
     def _virtual_only_on_cpu(self) -> Backing:
         if self.device != "cpu" and self.virtual_devices is not None:
-            raise DescriptorError([Issue("only a cpu backing has virtual devices; remove it", ("backing", "virtual_devices"))])
+            raise DescriptorError(
+                [Issue("only a cpu backing has virtual devices; remove it", ("backing", "virtual_devices"))]
+            )
         return self
 
 
@@ -152,7 +171,9 @@ class Detect(_Model):
     """How to recognise the platform on this machine: any rule matching is a match."""
 
     priority: int = Field(description="Among matching platforms the highest priority wins.")
-    rules: list[Rule] = Field(description="Any one matching rule matches the platform; an empty list is never detected (select it with FLAGOS_PLATFORM).")
+    rules: list[Rule] = Field(
+        description="Any one matching rule matches the platform; an empty list is never detected (select it with FLAGOS_PLATFORM)."
+    )
 
 
 class Sdk(_Model):
@@ -178,9 +199,11 @@ class Environment(_Model):
         # FLAGOS_* variables select the platform and decide gating and routing (FLAGOS_ALLOW_UNVALIDATED,
         # FLAGOS_ROUTE_*, ...): a descriptor setting them would enable its own unvalidated kernels.
         issues = [
-            Issue(f"{short(key)} is a torch-fl setting, the user's to choose (FLAGOS_* variables decide selection, "
-                  "gating and routing); a descriptor sets only its vendor stack's variables",
-                  ("environment", "variables", key))
+            Issue(
+                f"{short(key)} is a torch-fl setting, the user's to choose (FLAGOS_* variables decide selection, "
+                "gating and routing); a descriptor sets only its vendor stack's variables",
+                ("environment", "variables", key),
+            )
             for key in self.variables
             if key.startswith(TORCH_FL_PREFIX)
         ]
@@ -210,9 +233,13 @@ class VendorKernels(_Model):
         description="A file `name.py` inside the descriptor's folder (after resolving links); never an importable module "
         "name, which would import code from wherever the import path points."
     )
-    package: PackagePin | None = Field(None, description="The distribution that provides the module, when it is installed separately.")
+    package: PackagePin | None = Field(
+        None, description="The distribution that provides the module, when it is installed separately."
+    )
     ops: dict[OpName, Identifier] = Field(
-        default_factory=dict, description="aten overload -> function name in the module.", json_schema_extra=_OP_KEYS_ONLY
+        default_factory=dict,
+        description="aten overload -> function name in the module.",
+        json_schema_extra=_OP_KEYS_ONLY,
     )
 
     @field_validator("module")
@@ -242,7 +269,9 @@ class Kernels(_Model):
 
 
 class Rng(_Model):
-    generator: NonEmpty = Field("backing", description="'backing' (the backing device's generator), 'none', or a vendor generator name.")
+    generator: NonEmpty = Field(
+        "backing", description="'backing' (the backing device's generator), 'none', or a vendor generator name."
+    )
 
 
 class Distributed(_Model):
@@ -261,8 +290,9 @@ class Profiler(_Model):
 
 class Sharing(_Model):
     mechanism: SharingMechanism = Field(
-        "none", description="How flagos tensors reach other processes (torch.multiprocessing, DataLoader workers): "
-        "shared_memory on a host backing, cuda_ipc on a CUDA one, none where they cannot."
+        "none",
+        description="How flagos tensors reach other processes (torch.multiprocessing, DataLoader workers): "
+        "shared_memory on a host backing, cuda_ipc on a CUDA one, none where they cannot.",
     )
 
 
@@ -287,7 +317,9 @@ class Capabilities(_Model):
     def _amp_in_dtypes(self) -> Capabilities:
         for i, dtype in enumerate(self.amp_dtypes):
             if dtype not in self.dtypes:
-                raise DescriptorError([Issue(f"{dtype!r} is not in capabilities.dtypes", ("capabilities", "amp_dtypes", i))])
+                raise DescriptorError(
+                    [Issue(f"{dtype!r} is not in capabilities.dtypes", ("capabilities", "amp_dtypes", i))]
+                )
         return self
 
 
@@ -296,10 +328,14 @@ class Routes(_Model):
 
     file: NonEmpty = Field("routes.yaml", description="Route table, relative to the descriptor's folder.")
     defaults: list[KernelSetName] = Field(
-        default_factory=lambda: ["native", "cpu"], min_length=1, description="Candidate kernel sets, in order, for ops the route table gives no order (no entry, no default)."
+        default_factory=lambda: list[KernelSetName](["native", "cpu"]),
+        min_length=1,
+        description="Candidate kernel sets, in order, for ops the route table gives no order (no entry, no default).",
     )
     overrides: dict[OpName, list[KernelSetName]] = Field(
-        default_factory=dict, description="aten overload -> candidate kernel sets, in order.", json_schema_extra=_OP_KEYS_ONLY
+        default_factory=dict,
+        description="aten overload -> candidate kernel sets, in order.",
+        json_schema_extra=_OP_KEYS_ONLY,
     )
 
 
@@ -313,7 +349,9 @@ class Ci(_Model):
 class Requirements(_Model):
     python: VersionSpec | None = None
     torch: VersionSpec = Field(description="Supported torch versions, e.g. '>=2.11'.")
-    packages: dict[NonEmpty, VersionSpec] = Field(default_factory=dict, description="Distribution name -> version specifier.")
+    packages: dict[NonEmpty, VersionSpec] = Field(
+        default_factory=dict, description="Distribution name -> version specifier."
+    )
 
 
 class PlatformDescriptor(_Model):
@@ -322,7 +360,9 @@ class PlatformDescriptor(_Model):
     model_config = ConfigDict(title="torch-fl platform descriptor")
 
     schema_version: Literal[1] = Field(description="Version of this descriptor format.")
-    name: Annotated[str, StringConstraints(pattern=NAME_PATTERN)] = Field(description="Must equal the platform's folder name.")
+    name: Annotated[str, StringConstraints(pattern=NAME_PATTERN)] = Field(
+        description="Must equal the platform's folder name."
+    )
     display_name: NonEmpty
     vendor: NonEmpty
     boards: list[NonEmpty] = Field(min_length=1, description="Shipping boards served by this descriptor.")
@@ -346,7 +386,9 @@ class PlatformDescriptor(_Model):
     def _routes_use_declared_sets(self) -> PlatformDescriptor:
         declared = self.kernels.declared()
         issues = []
-        places = [(("routes", "defaults", i), s) for i, s in enumerate(self.routes.defaults)]
+        places: list[tuple[tuple[str | int, ...], str]] = [
+            (("routes", "defaults", i), s) for i, s in enumerate(self.routes.defaults)
+        ]
         for op, sets in self.routes.overrides.items():
             places += [(("routes", "overrides", op, i), s) for i, s in enumerate(sets)]
         for loc, kernel_set in places:
@@ -368,7 +410,7 @@ class PlatformDescriptor(_Model):
 
     def op_names(self) -> list[tuple[tuple[str, ...], str]]:
         """Every aten op the descriptor names, with the field path that names it."""
-        found = [(("routes", "overrides", op), op) for op in self.routes.overrides]
+        found: list[tuple[tuple[str, ...], str]] = [(("routes", "overrides", op), op) for op in self.routes.overrides]
         if self.kernels.vendor is not None:
             found += [(("kernels", "vendor", "ops", op), op) for op in self.kernels.vendor.ops]
         return found

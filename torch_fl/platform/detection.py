@@ -4,6 +4,7 @@
 detection must be cheap and must not initialise CUDA behind the user's back, so without torch
 those rules are skipped, and the result says so.
 """
+
 from __future__ import annotations
 
 import importlib.util

@@ -5,6 +5,7 @@ are read through importlib.resources, so the same code works from a checkout and
 FLAGOS_PLATFORM_PATH works like PATH: earlier entries win, and every platform that is hidden by
 another of the same name is recorded on the winner (`overrides`) so listings can say so.
 """
+
 from __future__ import annotations
 
 import importlib.resources

@@ -1,4 +1,5 @@
 """Errors of the platform layer, worded so a person can fix the file they name."""
+
 from __future__ import annotations
 
 import reprlib

@@ -7,6 +7,7 @@ of every argument and the size class of a call) that a valid record shows passin
 failing case. A user who forces an unvalidated platform (FLAGOS_ALLOW_UNVALIDATED=1) gets every
 declared kernel set, and a warning; a descriptor cannot set that variable for itself.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

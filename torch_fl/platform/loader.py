@@ -2,10 +2,12 @@
 
 Nothing is half-loaded: `load_descriptor` returns a complete, validated model or raises.
 """
+
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ _NOUNS = {
 }
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: Mapping[str, Any]) -> str:
     """A pydantic error as 'expected ...; got ...', in the words a descriptor author uses."""
     kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
     if kind == "missing":

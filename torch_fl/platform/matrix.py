@@ -4,6 +4,7 @@ The reference keeps a hand-written "internal capability sheet"; here the table i
 it cannot claim more than the files say. Status comes from the records alone: a platform is
 "validated" on a torch line when a complete record matches its current descriptor.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -21,8 +22,17 @@ from torch_fl.platform.record import (
 )
 
 COLUMNS = (
-    "platform", "boards", "vendor", "backing", "status", "SDK", "distributed",
-    "compile", "profiler", "AMP dtypes", "conformance (passed/cases by path)",
+    "platform",
+    "boards",
+    "vendor",
+    "backing",
+    "status",
+    "SDK",
+    "distributed",
+    "compile",
+    "profiler",
+    "AMP dtypes",
+    "conformance (passed/cases by path)",
 )
 
 

@@ -3,6 +3,7 @@
 It reads versions from package metadata and never imports torch, the kernel libraries or the
 runtime, so it works (and explains itself) exactly where importing them would fail.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -66,7 +67,7 @@ def _sdk(descriptor: PlatformDescriptor) -> Check | None:
     # The variable is named by the descriptor, not a torch-fl setting, so it is read directly.
     value = os.environ.get(sdk.home_env)
     label = " ".join(p for p in (sdk.name, sdk.version) if p)
-    ok = bool(value) and Path(value).is_dir()
+    ok = value is not None and Path(value).is_dir()
     found = "unset" if not value else (value if ok else f"{value} (no such folder)")
     hint = "" if ok else f"install {label} and set {sdk.home_env} to its folder"
     return Check(f"sdk {sdk.name}", ok, f"{sdk.home_env} names the {label} folder", found, hint)
@@ -92,8 +93,13 @@ def _cuda_build(descriptor: PlatformDescriptor) -> Check | None:
         return None
     cuda = torch_cuda_version()
     return Check(
-        "torch cuda build", cuda is not None, "a torch built with CUDA", f"CUDA {cuda}" if cuda else "a CPU-only torch",
-        "" if cuda else "this platform's backing is cuda: install a CUDA build of torch (see pytorch.org's install page)",
+        "torch cuda build",
+        cuda is not None,
+        "a torch built with CUDA",
+        f"CUDA {cuda}" if cuda else "a CPU-only torch",
+        ""
+        if cuda
+        else "this platform's backing is cuda: install a CUDA build of torch (see pytorch.org's install page)",
     )
 
 
@@ -102,10 +108,17 @@ def preflight(descriptor: PlatformDescriptor) -> PreflightReport:
     checks: list[Check] = []
     backing = descriptor.backing.device
     backing_ok = backing in RUNTIME_BACKINGS
-    checks.append(Check(
-        "backing", backing_ok, " or ".join(sorted(RUNTIME_BACKINGS)), backing,
-        "" if backing_ok else f"the runtime cannot drive a {backing} backing yet; this platform loads as a descriptor only",
-    ))
+    checks.append(
+        Check(
+            "backing",
+            backing_ok,
+            " or ".join(sorted(RUNTIME_BACKINGS)),
+            backing,
+            ""
+            if backing_ok
+            else f"the runtime cannot drive a {backing} backing yet; this platform loads as a descriptor only",
+        )
+    )
     for check in (_python(descriptor), _sdk(descriptor)):
         if check is not None:
             checks.append(check)

@@ -13,6 +13,7 @@ moved, or the run did not finish, the record is stale. A checksum over the recor
 a record edited by hand `tampered`, and the counts in its summary are recomputed from its
 verdicts and failures, so a summary that disagrees with them is caught the same way.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -32,14 +33,19 @@ from torch_fl.platform.descriptor import PlatformDescriptor
 from torch_fl.platform.errors import RecordError
 from torch_fl.platform.versions import minor_line, release
 
-RECORD_FORMAT = 2
+RECORD_FORMAT: Literal[2] = 2
 RECORDS_DIR = "records"
 CaseStatus = Literal["passed", "failed", "error", "crashed", "timeout", "skipped", "unjudged"]
 FAILING: frozenset[str] = frozenset({"failed", "error", "crashed", "timeout"})
 """Statuses that veto what the case covers. `skipped` (not tried) and `unjudged` (tried, but not
 every part it claims to check could be compared) neither prove nor veto anything."""
 RecordState = Literal["valid", "stale", "missing", "tampered"]
-STATUS_WORDS: dict[str, str] = {"valid": "validated", "stale": "stale", "missing": "unvalidated", "tampered": "tampered"}
+STATUS_WORDS: dict[str, str] = {
+    "valid": "validated",
+    "stale": "stale",
+    "missing": "unvalidated",
+    "tampered": "tampered",
+}
 """How a record state is shown to people: the platform's real status."""
 GATED_PATHS: frozenset[str] = frozenset({"flaggems", "vendor", "emulated"})
 """Paths that run only where a record proves them; native and cpu are PyTorch's own kernels."""
@@ -345,7 +351,10 @@ def binding_differences(binding: Binding, expected: Binding) -> list[str]:
 
 
 def expected_binding(
-    descriptor: PlatformDescriptor, directory: Path, torch_version: str | None, kernel_versions: Mapping[str, str | None]
+    descriptor: PlatformDescriptor,
+    directory: Path,
+    torch_version: str | None,
+    kernel_versions: Mapping[str, str | None],
 ) -> Binding:
     """The binding a record made here and now would have."""
     return Binding(
@@ -390,7 +399,9 @@ def record_status(
         reasons.append(f"record is for platform {record.platform!r}")
     if line is None:
         reasons.append(f"torch is not installed (record is for torch {record.torch})")
-    reasons += binding_differences(record.binding, expected_binding(descriptor, directory, torch_version, kernel_versions))
+    reasons += binding_differences(
+        record.binding, expected_binding(descriptor, directory, torch_version, kernel_versions)
+    )
     if not record.complete:
         reasons.append("the conformance run did not complete")
     return RecordStatus("stale" if reasons else "valid", reasons, record, record.torch, path)

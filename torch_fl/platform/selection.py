@@ -1,4 +1,5 @@
 """Decide which platform is active here: FLAGOS_PLATFORM if set, else the detection rules."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -47,9 +48,11 @@ def select_platform(
     detections = detect(descriptors) if detections is None else detections
     matched = [d for d in detections if d.matched]
     if not matched and broken:
-        names = ", ".join(sorted(broken))
-        raise SelectionError(f"{names} could not be loaded (see the error above), and no other platform's detection "
-                             "rules match this machine; fix the descriptor or set FLAGOS_PLATFORM")
+        unreadable = ", ".join(sorted(broken))
+        raise SelectionError(
+            f"{unreadable} could not be loaded (see the error above), and no other platform's detection "
+            "rules match this machine; fix the descriptor or set FLAGOS_PLATFORM"
+        )
     if not matched:
         raise SelectionError("no platform's detection rules match this machine; set FLAGOS_PLATFORM")
     best = matched[0]

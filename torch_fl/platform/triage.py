@@ -12,6 +12,7 @@ Cases with the same fingerprint are one problem: they are grouped, so ten dtypes
 way count once. Against an older record (or an older triage report) it lists new failures, fixed
 cases and those still failing, so a fix can be shown to fix and to break nothing.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -53,8 +54,26 @@ _FEATURE_WORDS = re.compile(
     r"\bddp\b|fsdp|\bnccl|\bgloo|\bc10d|torch\.compile|inductor|dynamo|profiler|kineto|pin_memory|pinned",
     re.IGNORECASE,
 )
-_FEATURE_SUITES = frozenset({"amp", "rng", "streams", "events", "ddp", "fsdp", "fsdp2", "distributed", "compile", "profiler", "sharing", "memory"})
-_ABSENT = re.compile(r"AttributeError|NotImplemented|not supported|unsupported|has no attribute|not available|not implemented", re.IGNORECASE)
+_FEATURE_SUITES = frozenset(
+    {
+        "amp",
+        "rng",
+        "streams",
+        "events",
+        "ddp",
+        "fsdp",
+        "fsdp2",
+        "distributed",
+        "compile",
+        "profiler",
+        "sharing",
+        "memory",
+    }
+)
+_ABSENT = re.compile(
+    r"AttributeError|NotImplemented|not supported|unsupported|has no attribute|not available|not implemented",
+    re.IGNORECASE,
+)
 _UNSUPPORTED = re.compile(
     r"NotImplementedError|could not run|not implemented for|no kernel|missing kernel|does not implement|"
     r"is not implemented|unsupported (op|operator|dtype)|lacks",
@@ -87,7 +106,9 @@ def fingerprint(case: Case) -> str:
     """The runner's fingerprint, else one made from the message with numbers and addresses blanked."""
     if case.fingerprint:
         return case.fingerprint
-    first = (case.message or case.status).strip().splitlines()[0] if (case.message or case.status).strip() else case.status
+    first = (
+        (case.message or case.status).strip().splitlines()[0] if (case.message or case.status).strip() else case.status
+    )
     normal = re.sub(r"0x[0-9a-fA-F]+|\d+(\.\d+)?(e[-+]?\d+)?", "N", first)
     return "msg:" + hashlib.sha256(f"{case.suite}|{case.path}|{normal}".encode()).hexdigest()[:16]
 
@@ -171,7 +192,9 @@ def default_record(directory: Path) -> Path:
         return record_path(directory, minor_line(torch_version))
     lines = record_lines(directory)
     if not lines:
-        raise RecordError(f"{directory} has no conformance record yet; make one with torch-fl conformance run {Path(directory).name}")
+        raise RecordError(
+            f"{directory} has no conformance record yet; make one with torch-fl conformance run {Path(directory).name}"
+        )
     return record_path(directory, lines[0])
 
 

@@ -5,12 +5,15 @@ environment it is checking, which may lack any package beyond the CLI's own. Ver
 by their release numbers only: pre-release and local tags (`2.13.0a0`, `+cpu`) are ignored,
 which is what a descriptor means by "torch 2.13".
 """
+
 from __future__ import annotations
 
 import re
 
 _CLAUSE = re.compile(r"^\s*(~=|===|==|!=|<=|>=|<|>)\s*(\d+(?:\.\d+)*)(\.\*)?\s*$")
-SPEC_PATTERN = r"^\s*(~=|===|==|!=|<=|>=|<|>)\s*\d+(\.\d+)*(\.\*)?\s*(,\s*(~=|===|==|!=|<=|>=|<|>)\s*\d+(\.\d+)*(\.\*)?\s*)*$"
+SPEC_PATTERN = (
+    r"^\s*(~=|===|==|!=|<=|>=|<|>)\s*\d+(\.\d+)*(\.\*)?\s*(,\s*(~=|===|==|!=|<=|>=|<|>)\s*\d+(\.\d+)*(\.\*)?\s*)*$"
+)
 """What a descriptor's version specifier must look like (used by the model and its JSON Schema)."""
 
 

@@ -6,6 +6,7 @@ round-trip loader, which keeps line numbers on every mapping key and sequence it
 several times slower, runs only when something must be located: `line_of` maps a field path back
 to the line that holds it, and a syntax error is reported by ruamel's parser.
 """
+
 from __future__ import annotations
 
 import re

@@ -4,6 +4,7 @@ Public API: `set_route(op, paths)`, `clear_route(op)`, `forced(op, path)`, `expl
 `stats()`, `reset_stats()`, `strict(on)`. The submodules that need torch are imported on first
 use, so `torch_fl.routing.table` (route files) stays usable without torch.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -51,5 +52,13 @@ def strict(on: bool = True) -> None:
 
 
 __all__ = [
-    "Explanation", "RouteCount", "clear_route", "explain", "forced", "reset_stats", "set_route", "stats", "strict",
+    "Explanation",
+    "RouteCount",
+    "clear_route",
+    "explain",
+    "forced",
+    "reset_stats",
+    "set_route",
+    "stats",
+    "strict",
 ]

@@ -5,6 +5,7 @@ The router itself skips what cannot run (an unknown op, an undeclared path), so 
 checks a typo would silently change nothing. Each problem names the variable, or the file and
 line; activation warns with each once, or, under FLAGOS_STRICT=1, refuses to start.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,7 +18,8 @@ from torch_fl.platform import PlatformDescriptor
 from torch_fl.platform.errors import DescriptorError, Issue, PlatformError, clip, short
 from torch_fl.platform.loader import locate, op_exists
 from torch_fl.platform.yaml_source import load_yaml
-from torch_fl.routing import overrides, table as route_table
+from torch_fl.routing import overrides
+from torch_fl.routing import table as route_table
 from torch_fl.routing.table import RouteTable, RouteTableError, unknown_path
 
 
@@ -31,7 +33,7 @@ class RoutingCheck:
     a platform whose table is broken still activates with its descriptor's routes)."""
 
     problems: list[str] = field(default_factory=list)
-    table: RouteTable = field(default_factory=RouteTable)
+    table: RouteTable = field(default_factory=lambda: RouteTable())
     source: str = "no route table"
 
     def enforce(self, strict: bool) -> None:
@@ -85,8 +87,12 @@ def _entry_issues(descriptor: PlatformDescriptor, table: RouteTable) -> list[Iss
                 issues.append(Issue(problem, ("ops", op, "candidates", i)))
         for i, bucket in enumerate(route.buckets):
             if bucket.choice not in route.candidates:
-                issues.append(Issue(f"choice {short(bucket.choice)} is not among the candidates",
-                                    ("ops", op, "buckets", i, "choice")))
+                issues.append(
+                    Issue(
+                        f"choice {short(bucket.choice)} is not among the candidates",
+                        ("ops", op, "buckets", i, "choice"),
+                    )
+                )
     return issues
 
 
@@ -100,8 +106,10 @@ def check_routing(descriptor: PlatformDescriptor) -> RoutingCheck:
     else:
         check.source = f"file {path} (FLAGOS_ROUTES)"
         if not path.is_file():
-            check.problems.append(f"FLAGOS_ROUTES: {clip(str(path), 200)}: no such file; the route table is empty, "
-                                  "so every op takes the descriptor's routes")
+            check.problems.append(
+                f"FLAGOS_ROUTES: {clip(str(path), 200)}: no such file; the route table is empty, "
+                "so every op takes the descriptor's routes"
+            )
             return check
     try:
         table = route_table.load(path)

@@ -1,7 +1,8 @@
 """Routes the router refuses whatever a table says: some ops only the native path can serve."""
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Optional
 
 import torch
@@ -25,7 +26,7 @@ SCHEMA_ALIAS_EXEMPT = frozenset(
 CPU_PATH_TRANSFERS = frozenset({"aten::_to_copy", "aten::copy_", "aten::clone", "aten::empty_like"})
 
 
-@lru_cache(maxsize=None)
+@cache
 def refusal(op: str, path: str) -> Optional[str]:
     """Why `op` may not be routed to `path` (None: it may). Native is always allowed."""
     if path == "native":

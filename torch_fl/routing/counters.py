@@ -1,4 +1,5 @@
 """Per op x path call counters: Python routes count in the router, C++ routes in the core."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

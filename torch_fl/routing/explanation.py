@@ -1,4 +1,5 @@
 """`torch_fl.explain("aten::mm")`: which route serves an op here, and why."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

@@ -17,10 +17,12 @@ A key reads `<inputs>[-><outputs>]@<size class>`:
 Layouts (strides, offsets, broadcast) are not part of the key: a path must handle every layout
 of a key to pass it, and the suites sweep them.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import torch

@@ -1,5 +1,6 @@
 """Route overrides from the environment: one op (FLAGOS_ROUTE_<op>), the default candidate
 order (FLAGOS_ROUTE_DEFAULTS), or a whole table (FLAGOS_ROUTES=path)."""
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,7 @@ def env_name(op: str) -> str:
 
 
 def _op_from_env_name(key: str) -> str:
-    body = key[len(PREFIX):]
+    body = key[len(PREFIX) :]
     return "aten::" + body.replace("__", ".")
 
 

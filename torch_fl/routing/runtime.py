@@ -8,27 +8,34 @@ default candidate applies only to the ops its kernel set offers). At call time t
 bucket may pick among them. Ops where only the C++ paths (native, cpu) can run
 get no Python kernel at all: the C++ fallback serves them at C++ speed.
 """
+
 from __future__ import annotations
 
 import contextlib
 import threading
 import warnings
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 
 from torch_fl import env
 from torch_fl.kernels.base import KernelSet, resolve
+from torch_fl.kernels.native import NativeKernels
 from torch_fl.kernels.registry import build_kernel_sets
 from torch_fl.routing import overrides
 from torch_fl.routing.constraints import refusal
 from torch_fl.routing.gatekey import key_function, size_class_bounds
 from torch_fl.routing.table import OpRoute, RouteTable
 
-env.register("FLAGOS_STRICT", "0", "Set to 1 to make a failing route raise instead of falling back to the next candidate.")
-env.register("FLAGOS_LOG_FALLBACK", "0", "Set to 1 to log (once per op) every call served by the explicit CPU fallback.")
+env.register(
+    "FLAGOS_STRICT", "0", "Set to 1 to make a failing route raise instead of falling back to the next candidate."
+)
+env.register(
+    "FLAGOS_LOG_FALLBACK", "0", "Set to 1 to log (once per op) every call served by the explicit CPU fallback."
+)
 
 C_PATHS = frozenset({"native", "cpu"})
 
@@ -191,12 +198,15 @@ class Router:
             except AttributeError:
                 return  # an op this torch does not have (validated at load for descriptor entries)
             native = self.kernel_sets["native"]
+            assert isinstance(native, NativeKernels), "the native path is always the C++ core's"
             native.before_python_route(overload)
             library = torch.library.Library(overload._schema.name.split("::")[0], "IMPL")
             installed = _Installed(library)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # replacing PyTorch's own PrivateUse1 kernel is the point
-                library.impl(overload, self._kernel(op, overload, installed), "PrivateUse1" if spans is None else "PrivateUse2")
+                library.impl(
+                    overload, self._kernel(op, overload, installed), "PrivateUse1" if spans is None else "PrivateUse2"
+                )
             if spans is not None:
                 from torch_fl.runtime import core
 
@@ -255,7 +265,9 @@ class Router:
     def set_route(self, op: str, paths: list[str], bypass_gate: bool = False, python: bool = False) -> None:
         unknown = [p for p in paths if p not in self.kernel_sets]
         if unknown:
-            raise ValueError(f"{op}: unknown or unavailable kernel set(s) {unknown}; available: {sorted(self.kernel_sets)}")
+            raise ValueError(
+                f"{op}: unknown or unavailable kernel set(s) {unknown}; available: {sorted(self.kernel_sets)}"
+            )
         for path in paths:
             reason = refusal(op, path)
             if reason:

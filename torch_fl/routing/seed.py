@@ -6,6 +6,7 @@ libraries, then the CPU fallback where the descriptor has one. A path in the def
 to the ops its kernel set offers, so the table needs no entry per op. Vendor ops get entries of
 their own (vendor first: a vendor kernel exists to be used), written by onboarding.
 """
+
 from __future__ import annotations
 
 from torch_fl.platform import PlatformDescriptor

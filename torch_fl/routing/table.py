@@ -18,6 +18,7 @@ order survive `torch-fl routes tune` and `torch-fl onboard`.
             measured_us: {native: 11.8, flaggems: 96.1}
             provenance: {source: tune, workload: bench/train_step.py, at: "2026-12-02T12:00:00Z"}
 """
+
 from __future__ import annotations
 
 import io
@@ -53,7 +54,9 @@ class Provenance(_Model):
 
 class Bucket(_Model):
     max_numel: int = Field(ge=0, description="Upper bound on the element count of the largest tensor input.")
-    dtype: Optional[str] = Field(None, description="The first tensor argument's dtype (float32, bfloat16...); none: any.")
+    dtype: Optional[str] = Field(
+        None, description="The first tensor argument's dtype (float32, bfloat16...); none: any."
+    )
     choice: str
     measured_us: dict[str, float] = Field(default_factory=dict)
     provenance: Optional[Provenance] = None
@@ -75,7 +78,9 @@ class OpRoute(_Model):
 class RouteTable(_Model):
     format: int = FORMAT
     default: Optional[list[str]] = Field(
-        None, min_length=1, description="Candidate order of every op without an entry; none: the descriptor's routes.defaults."
+        None,
+        min_length=1,
+        description="Candidate order of every op without an entry; none: the descriptor's routes.defaults.",
     )
     ops: dict[str, OpRoute] = Field(default_factory=dict)
 
@@ -105,11 +110,15 @@ def unknown_path(name: str) -> str | None:
 
 
 def _path_issues(table: RouteTable) -> list[Issue]:
-    issues = [Issue(problem, ("default", i)) for i, name in enumerate(table.default or []) if (problem := unknown_path(name))]
+    issues = [
+        Issue(problem, ("default", i)) for i, name in enumerate(table.default or []) if (problem := unknown_path(name))
+    ]
     for op, route in table.ops.items():
         if not op.startswith("aten::") and "::" not in op:
             issues.append(Issue(f"expected a qualified op name such as aten::mm; got {short(op)}", ("ops", op)))
-        places = [(("ops", op, "candidates", i), name) for i, name in enumerate(route.candidates)]
+        places: list[tuple[tuple[str | int, ...], str]] = [
+            (("ops", op, "candidates", i), name) for i, name in enumerate(route.candidates)
+        ]
         places += [(("ops", op, "buckets", i, "choice"), b.choice) for i, b in enumerate(route.buckets)]
         issues += [Issue(problem, loc) for loc, name in places if (problem := unknown_path(name))]
     return issues
@@ -160,10 +169,10 @@ def _compact(data: Any, key: str = "") -> Any:
 
     if isinstance(data, dict):
         items = {k: _compact(v, k) for k, v in data.items() if not (k == "buckets" and not v)}
-        node = CommentedMap(items)
+        mapping = CommentedMap(items)
         if key in ("provenance", "measured_us"):
-            node.fa.set_flow_style()
-        return node
+            mapping.fa.set_flow_style()
+        return mapping
     if isinstance(data, list):
         node = CommentedSeq([_compact(v) for v in data])
         if key in ("candidates", "default"):

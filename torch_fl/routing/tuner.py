@@ -14,22 +14,24 @@
 4. Check: time the workload native-only and tuned in alternating rounds (median of each); a tuned
    table that is not faster is not written.
 """
+
 from __future__ import annotations
 
 import math
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
-from torch.utils._pytree import tree_map
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
 
-from torch_fl.numerics import reduction_length, tolerances
 from torch_fl.kernels.base import op_name
+from torch_fl.numerics import reduction_length, tolerances
 from torch_fl.routing.gatekey import call_key
 from torch_fl.routing.runtime import C_PATHS, Router, forced
 from torch_fl.routing.table import Bucket, OpRoute, Provenance
@@ -86,7 +88,7 @@ class _Recorder(TorchDispatchMode):
 
 
 def _synchronize() -> None:
-    torch.flagos.synchronize()
+    torch.accelerator.synchronize()
 
 
 def time_call(fn: Callable[[], Any], repeats: int = 5, inner: int = 10) -> float:
@@ -113,7 +115,7 @@ class Measurement:
     errors: dict[str, str] = field(default_factory=dict)
 
     def best(self) -> str:
-        return min(self.us, key=self.us.get) if self.us else "native"
+        return min(self.us, key=lambda path: self.us[path]) if self.us else "native"
 
 
 @dataclass
@@ -200,7 +202,7 @@ def decide(measurements: list[Measurement], min_gain: float) -> dict[str, list[B
     chosen: dict[str, list[Bucket]] = {}
     for op, ms in by_op.items():
         gain = 0.0
-        buckets = []
+        buckets: list[Bucket] = []
         for m in sorted(ms, key=lambda m: (m.dtype, m.bound)):
             dtype = None if m.dtype == "None" else m.dtype  # a call without tensors: any dtype
             native = m.us.get("native")
@@ -256,9 +258,12 @@ def tune(
     for sample in recorder.samples.values():
         plan = router.plan(sample.op)
         allowed = [
-            p for p in plan.candidates
-            if p != "cpu" and (paths is None or p in paths or p == "native")
-            and p in router.kernel_sets and router.kernel_sets[p].implements(sample.op)
+            p
+            for p in plan.candidates
+            if p != "cpu"
+            and (paths is None or p in paths or p == "native")
+            and p in router.kernel_sets
+            and router.kernel_sets[p].implements(sample.op)
             and router.gate.allows(sample.op, sample.key, p)
         ]
         if len(allowed) > 1:
@@ -286,7 +291,7 @@ def tune(
             b.provenance = Provenance(source="tune", workload=workload, at=now, record=router.gate.state)
         tuned_routes[op] = route.model_copy(update={"buckets": buckets})
 
-    def use(routes: dict[str, Optional[OpRoute]]) -> None:
+    def use(routes: Mapping[str, Optional[OpRoute]]) -> None:
         for op, route in routes.items():
             if route is None:
                 router.table.ops.pop(op, None)

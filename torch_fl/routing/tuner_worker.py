@@ -10,6 +10,7 @@ replaced by a fresh one that continues after the sample it was on, and that samp
 
     python -m torch_fl.routing.tuner_worker SAMPLES JOURNAL START
 """
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,9 @@ def _resolve(name: str) -> Any:
 # travels to the worker as a tagged string (plain str: the worker runs as __main__, so a class of
 # this module would not be the one it unpickles).
 _FORMAT_TAG = "\x00torch.memory_format:"
-_MEMORY_FORMATS = {str(f): f for f in (torch.preserve_format, torch.contiguous_format, torch.channels_last,
-                                        torch.channels_last_3d)}
+_MEMORY_FORMATS = {
+    str(f): f for f in (torch.preserve_format, torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
+}
 
 
 def _portable(value: Any) -> Any:
@@ -53,14 +55,14 @@ def _portable(value: Any) -> Any:
 
 def _restored(value: Any) -> Any:
     def restore(x: Any) -> Any:
-        return _MEMORY_FORMATS[x[len(_FORMAT_TAG):]] if isinstance(x, str) and x.startswith(_FORMAT_TAG) else x
+        return _MEMORY_FORMATS[x[len(_FORMAT_TAG) :]] if isinstance(x, str) and x.startswith(_FORMAT_TAG) else x
 
     return tree_map(restore, value)
 
 
 def device_answers() -> bool:
     try:
-        torch.flagos.synchronize()
+        torch.accelerator.synchronize()
         return torch.ones(1, device="flagos").add_(1).item() == 2.0
     except Exception:  # noqa: BLE001 - any failure means the device is gone for this process
         return False
@@ -73,7 +75,9 @@ def work(samples_file: Path, journal_file: Path, start: int) -> int:
         item = payload[i]
         jsonl.append(journal_file, {"index": i, "started": True})
         args, kwargs = _restored((item["args"], item["kwargs"]))
-        sample = Sample(item["op"], _resolve(item["op"]), item["bound"], item["dtype"], item["key"], args, kwargs, item["calls"])
+        sample = Sample(
+            item["op"], _resolve(item["op"]), item["bound"], item["dtype"], item["key"], args, kwargs, item["calls"]
+        )
         m = measure(sample, item["paths"])
         jsonl.append(journal_file, {"index": i, "measurement": asdict(m)})
         if m.errors and not device_answers():
@@ -86,8 +90,16 @@ def measure_isolated(
 ) -> list[Measurement]:
     """Each (sample, candidate paths) measured in worker processes of platform `platform`."""
     payload = [
-        {"op": s.op, "bound": s.bound, "dtype": s.dtype, "key": s.key, "args": _portable(s.args), "kwargs": _portable(s.kwargs),
-         "calls": s.calls, "paths": paths}
+        {
+            "op": s.op,
+            "bound": s.bound,
+            "dtype": s.dtype,
+            "key": s.key,
+            "args": _portable(s.args),
+            "kwargs": _portable(s.kwargs),
+            "calls": s.calls,
+            "paths": paths,
+        }
         for s, paths in samples
     ]
     done: dict[int, Measurement] = {}
@@ -98,7 +110,14 @@ def measure_isolated(
         reader = jsonl.Reader(journal_file)
         start = 0
         while start < len(payload):
-            command = [sys.executable, "-m", "torch_fl.routing.tuner_worker", str(samples_file), str(journal_file), str(start)]
+            command = [
+                sys.executable,
+                "-m",
+                "torch_fl.routing.tuner_worker",
+                str(samples_file),
+                str(journal_file),
+                str(start),
+            ]
             log = Path(scratch) / f"worker-{start}.log"  # a file, not a pipe: a chatty worker never blocks
             with open(log, "w") as stderr_file:
                 worker = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr_file)
@@ -109,7 +128,9 @@ def measure_isolated(
                 for entry in reader.new():
                     if "measurement" in entry:
                         done[entry["index"]] = Measurement(**entry["measurement"])
-                        progress(f"measured {len(done)}/{len(payload)} {payload[entry['index']]['op']} <= {payload[entry['index']]['bound']}")
+                        progress(
+                            f"measured {len(done)}/{len(payload)} {payload[entry['index']]['op']} <= {payload[entry['index']]['bound']}"
+                        )
                     else:
                         started = entry["index"]
 
@@ -123,12 +144,17 @@ def measure_isolated(
                 item = payload[started]
                 tail = " | ".join(stderr.strip().splitlines()[-3:])[-300:]
                 done[started] = Measurement(
-                    item["op"], item["bound"], str(item["dtype"]).replace("torch.", ""), item["calls"],
+                    item["op"],
+                    item["bound"],
+                    str(item["dtype"]).replace("torch.", ""),
+                    item["calls"],
                     errors={"worker": f"the measuring process died (exit {worker.returncode}): {tail}"},
                 )
                 progress(f"sample {started} ({item['op']}) ended its worker: kept on native")
             elif len(done) == measured_before:  # died before its first sample: a new one would too
-                raise RuntimeError(f"the tuning worker failed before measuring anything (exit {worker.returncode}): {stderr[-2000:]}")
+                raise RuntimeError(
+                    f"the tuning worker failed before measuring anything (exit {worker.returncode}): {stderr[-2000:]}"
+                )
             start = max(done, default=-1) + 1
     return [done[i] for i in sorted(done)]
 

@@ -3,6 +3,7 @@
 `start(backing, host_devices)` is the one entry; the platform loader calls it once it knows which
 platform is active. Everything here is generic over the backing device named by the descriptor.
 """
+
 from __future__ import annotations
 
 from types import ModuleType
@@ -10,7 +11,10 @@ from types import ModuleType
 import torch
 
 from torch_fl.runtime import build
-from torch_fl.runtime.device import amp, core as device_core, management as device_management, random as device_random
+from torch_fl.runtime.device import amp
+from torch_fl.runtime.device import core as device_core
+from torch_fl.runtime.device import management as device_management
+from torch_fl.runtime.device import random as device_random
 
 BACKEND_NAME = "flagos"
 SUPPORTED_BACKINGS = ("cpu", "cuda")
@@ -25,8 +29,12 @@ def core() -> ModuleType:
     return device_core.core()
 
 
-def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | None = None,
-          dtypes: list[torch.dtype] | None = None) -> ModuleType:
+def start(
+    backing: str,
+    host_devices: int = 2,
+    amp_dtypes: list[torch.dtype] | None = None,
+    dtypes: list[torch.dtype] | None = None,
+) -> ModuleType:
     """Registers the flagos device backed by `backing` ("cpu" or "cuda"). Idempotent.
 
     `dtypes` are the platform's declared dtypes, reported by torch.accelerator.get_device_capability().
@@ -40,7 +48,9 @@ def start(backing: str, host_devices: int = 2, amp_dtypes: list[torch.dtype] | N
             raise RuntimeError(f"flagos is already running on '{device_core.backing()}', cannot switch to '{backing}'")
         return _core
     if backing not in SUPPORTED_BACKINGS:
-        raise RuntimeError(f"this runtime supports the backings {SUPPORTED_BACKINGS}; the platform asks for '{backing}'")
+        raise RuntimeError(
+            f"this runtime supports the backings {SUPPORTED_BACKINGS}; the platform asks for '{backing}'"
+        )
     loaded = _register_device(backing, host_devices, amp_dtypes)
     if dtypes:
         loaded.set_supported_dtypes(dtypes)

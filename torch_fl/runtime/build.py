@@ -4,6 +4,7 @@ The core is compiled at first use rather than shipped as a binary, so one checko
 PyTorch line it supports (no ABI pin). Later imports load the cached library directly, without
 running the build tool, which keeps `import torch` fast.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,9 +15,9 @@ import os
 import shutil
 import sys
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator
 
 import torch
 from filelock import FileLock, Timeout
@@ -119,8 +120,10 @@ def load_core() -> ModuleType:
     with _build_lock(directory):
         if library.exists():  # built by the process this one waited for
             return _import_library(library)
-        _say(f"torch_fl: building the flagos core for torch {torch.__version__} in {directory} "
-             f"(once per torch version; {BUILD_TIME})")
+        _say(
+            f"torch_fl: building the flagos core for torch {torch.__version__} in {directory} "
+            f"(once per torch version; {BUILD_TIME})"
+        )
         from torch.utils import cpp_extension
 
         return cpp_extension.load(

@@ -36,10 +36,12 @@ What is not covered (behaves as on a machine without CUDA, or differs):
    - C++ code asking for CUDA directly (extensions, `.to("cuda")` inside TorchScript).
 Each call of a torch function pays the mode's Python check (a few microseconds).
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -60,7 +62,7 @@ FLAGOS = "flagos"
 _cuda_is_compiled: Callable[[], bool] = torch.cuda._is_compiled
 _cuda_device_count: Callable[[], int] = torch.cuda.device_count
 
-_mode: "CudaToFlagosMode | None" = None
+_mode: CudaToFlagosMode | None = None
 _saved: dict[str, Any] = {}
 
 
@@ -170,8 +172,12 @@ _TENSOR_CUDA = torch.Tensor.cuda
 _TENSOR_TO = torch.Tensor.to
 
 
-def _tensor_cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
-                 memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
+def _tensor_cuda(
+    self: torch.Tensor,
+    device: Any = None,
+    non_blocking: bool = False,
+    memory_format: torch.memory_format = torch.preserve_format,
+) -> torch.Tensor:
     target = torch.device(FLAGOS, _flagos_index(device))
     return self.to(target, non_blocking=non_blocking, memory_format=memory_format)
 
@@ -188,7 +194,7 @@ class _CudaDevice:
         self._inner = torch.flagos.device(index if index >= 0 else None)
         self.idx = index
 
-    def __enter__(self) -> "_CudaDevice":
+    def __enter__(self) -> _CudaDevice:
         self._inner.__enter__()
         return self
 
@@ -245,11 +251,33 @@ def _replacements() -> dict[str, Any]:
 
 
 COVERED_FUNCTIONS: tuple[str, ...] = (
-    "is_available", "is_initialized", "init", "device_count", "current_device", "set_device", "synchronize",
-    "device", "device_of", "get_device_name", "manual_seed", "manual_seed_all", "seed", "seed_all",
-    "initial_seed", "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "empty_cache",
-    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "reset_peak_memory_stats", "memory_stats", "is_bf16_supported",
+    "is_available",
+    "is_initialized",
+    "init",
+    "device_count",
+    "current_device",
+    "set_device",
+    "synchronize",
+    "device",
+    "device_of",
+    "get_device_name",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "seed_all",
+    "initial_seed",
+    "get_rng_state",
+    "set_rng_state",
+    "get_rng_state_all",
+    "set_rng_state_all",
+    "empty_cache",
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_reserved",
+    "max_memory_reserved",
+    "reset_peak_memory_stats",
+    "memory_stats",
+    "is_bf16_supported",
 )
 
 

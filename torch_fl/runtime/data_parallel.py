@@ -6,6 +6,7 @@ only in CUDA builds and only move CUDA tensors. For flagos tensors they are serv
 device-to-device copies; every other call goes to PyTorch's own. On a CUDA backing DataParallel would
 also pick "cuda" as its device type (CUDA is available there), so it is told the accelerator is flagos.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,12 @@ Devices = Sequence["int | str | torch.device"]
 
 def install(backing: str) -> None:
     """Routes torch.nn.parallel.comm's device functions for flagos tensors here. Idempotent."""
-    for name, flagos_impl in (("broadcast", broadcast), ("broadcast_coalesced", broadcast_coalesced),
-                              ("scatter", scatter), ("gather", gather)):
+    for name, flagos_impl in (
+        ("broadcast", broadcast),
+        ("broadcast_coalesced", broadcast_coalesced),
+        ("scatter", scatter),
+        ("gather", gather),
+    ):
         original = getattr(comm, name)
         if getattr(original, "_flagos_impl", None) is None:
             setattr(comm, name, _for_flagos(original, flagos_impl))
@@ -66,8 +71,9 @@ def broadcast(tensor: torch.Tensor, devices: Devices) -> tuple[torch.Tensor, ...
     return tuple(tensor if tensor.device == _flagos(d) else tensor.to(_flagos(d)) for d in _indices(devices))
 
 
-def broadcast_coalesced(tensors: Sequence[torch.Tensor], devices: Devices,
-                        buffer_size: int = 10485760) -> list[list[torch.Tensor]]:
+def broadcast_coalesced(
+    tensors: Sequence[torch.Tensor], devices: Devices, buffer_size: int = 10485760
+) -> list[list[torch.Tensor]]:
     """Per device, the tensors on it; the first device must be the tensors' own (as in PyTorch)."""
     indices = _indices(devices)
     source = _flagos(indices[0])
@@ -77,21 +83,27 @@ def broadcast_coalesced(tensors: Sequence[torch.Tensor], devices: Devices,
     return [list(tensors)] + [[t.to(_flagos(d)) for t in tensors] for d in indices[1:]]
 
 
-def scatter(tensor: torch.Tensor, devices: Devices, chunk_sizes: Sequence[int] | None = None, dim: int = 0,
-            streams: Sequence[torch.Stream | None] | None = None) -> tuple[torch.Tensor, ...]:
+def scatter(
+    tensor: torch.Tensor,
+    devices: Devices,
+    chunk_sizes: Sequence[int] | None = None,
+    dim: int = 0,
+    streams: Sequence[torch.Stream | None] | None = None,
+) -> tuple[torch.Tensor, ...]:
     """Chunks of `tensor` along `dim`, one per device (equal chunks unless `chunk_sizes` says)."""
     indices = _indices(devices)
     chunks = tensor.split(list(chunk_sizes), dim) if chunk_sizes is not None else tensor.chunk(len(indices), dim)
     out = []
     for i, (chunk, d) in enumerate(zip(chunks, indices)):
         stream = streams[i] if streams is not None else None
-        with torch.accelerator.device_index(d), (stream if stream is not None else contextlib.nullcontext()):
+        with torch.accelerator.device_index(d), stream if stream is not None else contextlib.nullcontext():
             out.append(chunk.to(_flagos(d), non_blocking=True, memory_format=torch.contiguous_format))
     return tuple(out)
 
 
-def gather(tensors: Sequence[torch.Tensor], dim: int = 0,
-           destination: "int | str | torch.device | None" = None) -> torch.Tensor:
+def gather(
+    tensors: Sequence[torch.Tensor], dim: int = 0, destination: int | str | torch.device | None = None
+) -> torch.Tensor:
     """The tensors concatenated along `dim` on `destination` (a flagos index, "cpu", or the current device)."""
     index = _get_device_index(destination, allow_cpu=True, optional=True)
     target = torch.device("cpu") if index == -1 else _flagos(index)

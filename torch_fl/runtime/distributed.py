@@ -30,10 +30,12 @@ the group's registered backend. On the host backing that is gloo, which works on
 memory directly (tested); on CUDA backing NCCL would receive flagos tensors, which is not
 verified and is expected to fail.
 """
+
 from __future__ import annotations
 
 import datetime
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -74,7 +76,7 @@ def registered() -> bool:
     return _registered_backing is not None
 
 
-def _create(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> "FlagosProcessGroup":
+def _create(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> FlagosProcessGroup:
     return FlagosProcessGroup(store, rank, size, timeout)
 
 
@@ -291,13 +293,19 @@ class FlagosProcessGroup(_ProcessGroup):
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any) -> Any:
         return self._run(
             lambda pg, a: pg.allgather(a(output_tensors), a(input_tensors), opts),
-            output_tensors, output_tensors, input_tensors,
+            output_tensors,
+            output_tensors,
+            input_tensors,
         )
 
-    def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor], opts: Any) -> Any:
+    def allgather_coalesced(
+        self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor], opts: Any
+    ) -> Any:
         return self._run(
             lambda pg, a: pg.allgather_coalesced(a(output_lists), a(input_list), opts),
-            output_lists, output_lists, input_list,
+            output_lists,
+            output_lists,
+            input_list,
         )
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:  # noqa: A002
@@ -310,10 +318,14 @@ class FlagosProcessGroup(_ProcessGroup):
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
-    def reduce_scatter(self, output_tensors: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any) -> Any:
+    def reduce_scatter(
+        self, output_tensors: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any
+    ) -> Any:
         return self._run(
             lambda pg, a: pg.reduce_scatter(a(output_tensors), a(input_lists), opts),
-            output_tensors, output_tensors, input_lists,
+            output_tensors,
+            output_tensors,
+            input_lists,
         )
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:  # noqa: A002
@@ -321,7 +333,9 @@ class FlagosProcessGroup(_ProcessGroup):
 
     _reduce_scatter_base = reduce_scatter_single
 
-    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> Any:
+    def reduce_scatter_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any
+    ) -> Any:
         return self._coalesced("_reduce_scatter_base", outputs, inputs, opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
@@ -329,28 +343,40 @@ class FlagosProcessGroup(_ProcessGroup):
     def gather(self, output_lists: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any) -> Any:
         return self._run(
             lambda pg, a: pg.gather(a(output_lists), a(input_tensors), opts),
-            output_lists, output_lists, input_tensors,
+            output_lists,
+            output_lists,
+            input_tensors,
         )
 
     def scatter(self, output_tensors: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any) -> Any:
         return self._run(
             lambda pg, a: pg.scatter(a(output_tensors), a(input_lists), opts),
-            output_tensors, output_tensors, input_lists,
+            output_tensors,
+            output_tensors,
+            input_lists,
         )
 
     def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts: Any) -> Any:
         return self._run(
             lambda pg, a: pg.alltoall(a(output_tensors), a(input_tensors), opts),
-            output_tensors, output_tensors, input_tensors,
+            output_tensors,
+            output_tensors,
+            input_tensors,
         )
 
     def all_to_all_single(
-        self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],  # noqa: A002
-        input_split_sizes: list[int], opts: Any,
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int],  # noqa: A002
+        input_split_sizes: list[int],
+        opts: Any,
     ) -> Any:
         return self._run(
             lambda pg, a: pg.alltoall_base(a(output), a(input), output_split_sizes, input_split_sizes, opts),
-            [output], output, input,
+            [output],
+            output,
+            input,
         )
 
     alltoall_base = all_to_all_single
@@ -416,7 +442,9 @@ class FlagosProcessGroup(_ProcessGroup):
             return device
         if self._backing == "cpu":
             return torch.device("cpu")
-        return torch.device(self._backing, device.index if device.index is not None else device_core.core().current_device())
+        return torch.device(
+            self._backing, device.index if device.index is not None else device_core.core().current_device()
+        )
 
     # -- lifetime
 

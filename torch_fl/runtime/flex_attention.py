@@ -11,11 +11,13 @@ concerned (nothing is imported before), as the inductor registration does:
 - torch._inductor.kernel.flex.flex_attention: on the host, flagos inputs lower to the C++ template
   (flagos host code is C++ code, see torch_fl.runtime.inductor).
 """
+
 from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

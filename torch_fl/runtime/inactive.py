@@ -5,6 +5,7 @@ device string: flagos", which hides the reason printed once at import. So the de
 registered with a fallback kernel and a device module that raise that reason instead. A later
 successful `torch_fl.activate()` removes both before the real runtime registers the device.
 """
+
 from __future__ import annotations
 
 import sys

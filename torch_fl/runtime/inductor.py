@@ -16,6 +16,7 @@ extended when PyTorch first loads them.
 Either way, operators inductor does not generate (mm, convolution, SDPA, ...) stay extern kernel
 calls on flagos tensors, so they dispatch through flagos and the active routes serve them.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,8 +24,9 @@ import importlib.abc
 import multiprocessing
 import sys
 import warnings
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -156,7 +158,7 @@ def _schedule_as_cpu() -> None:
         device = self.get_device()
         return device is not None and device.type in ("cpu", FLAGOS)
 
-    is_cpu._flagos = True  # type: ignore[attr-defined]
+    is_cpu._flagos = True
     BaseSchedulerNode.is_cpu = is_cpu
 
 
@@ -181,7 +183,7 @@ def _resolve_backend_as_cpu() -> None:
             return config.cpu_backend
         return original(device_type)
 
-    get_current_backend._flagos = True  # type: ignore[attr-defined]
+    get_current_backend._flagos = True
     for module in (utils, common, scheduler, mm_common):
         if getattr(module, "get_current_backend", None) is original:
             module.get_current_backend = get_current_backend
@@ -222,12 +224,16 @@ def _host_wrapper() -> type:
         """Calls the generated C++ kernels on flagos tensors exactly as on CPU tensors."""
 
         @staticmethod
-        def create(is_subgraph: bool, subgraph_name: str | None, parent_wrapper: Any, partition_signatures: Any = None) -> Any:
+        def create(
+            is_subgraph: bool, subgraph_name: str | None, parent_wrapper: Any, partition_signatures: Any = None
+        ) -> Any:
             if is_subgraph:
                 return SubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
             return HostWrapperCodegen()
 
-        def _generate_kernel_call_helper(self, kernel_name: str, call_args: Any, *, device: Any = None, **kwargs: Any) -> None:
+        def _generate_kernel_call_helper(
+            self, kernel_name: str, call_args: Any, *, device: Any = None, **kwargs: Any
+        ) -> None:
             device = device or V.graph.get_current_device_or_throw()
             if device.type == FLAGOS:
                 device = torch.device("cpu")
@@ -401,5 +407,5 @@ def _report_cuda_to_triton() -> None:
     def create_for_flagos(cls: type, device: Any) -> Any:
         return create(cls, _cuda_device(device))
 
-    create_for_flagos._flagos = True  # type: ignore[attr-defined]
+    create_for_flagos._flagos = True
     hints.DeviceProperties.create = classmethod(create_for_flagos)

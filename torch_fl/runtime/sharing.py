@@ -8,6 +8,7 @@ processes then see the same memory. When a backing cannot share a tensor, the pr
 the reason and the consumer gets that error when it takes the tensor, instead of waiting forever
 for an item the queue dropped.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -75,14 +76,17 @@ def _host_shared_view(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _unshareable(tensor: torch.Tensor, exc: Exception) -> Reduction:
-    message = (f"a flagos tensor on {tensor.device} (backing '{backing()}') cannot be shared with another "
-               f"process: {exc}. Send tensor.cpu() instead, or use a backing that can share memory.")
+    message = (
+        f"a flagos tensor on {tensor.device} (backing '{backing()}') cannot be shared with another "
+        f"process: {exc}. Send tensor.cpu() instead, or use a backing that can share memory."
+    )
     warnings.warn(message, RuntimeWarning, stacklevel=2)
     return raise_unshareable, (message,)
 
 
-def rebuild_flagos_tensor(rebuild: Callable[..., torch.Tensor], args: tuple[Any, ...], index: int,
-                          cls: type, requires_grad: bool) -> torch.Tensor:
+def rebuild_flagos_tensor(
+    rebuild: Callable[..., torch.Tensor], args: tuple[Any, ...], index: int, cls: type, requires_grad: bool
+) -> torch.Tensor:
     tensor = core().as_flagos(rebuild(*args), index)
     if cls is torch.nn.Parameter:
         return torch.nn.Parameter(tensor, requires_grad=requires_grad)

@@ -6,12 +6,13 @@ script too: `python decoder.py DEVICE STEPS [CONFIG] OUT_JSON` writes the per-st
 references that must run in a process that never imports torch_fl (on a CUDA machine, a process
 with flagos registered cannot run autograd over plain CUDA tensors: pytorch/pytorch#161129).
 """
+
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn as nn

@@ -12,6 +12,7 @@ same weights) and dropout is off, so that every side computes the same function.
 depends on torch and transformers (and torchvision, where it loads), never on torch_fl: a plain
 side of a benchmark loads it by path, and must not activate flagos.
 """
+
 from __future__ import annotations
 
 import math
@@ -89,10 +90,25 @@ def llama(size: str) -> nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     # board: ~200 M parameters (12 layers of 1024, GQA 16 query / 4 key-value heads)
-    dims = _pick(size, dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12, num_attention_heads=16,
-                            num_key_value_heads=4, vocab_size=32000),
-                 dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=128))
+    dims = _pick(
+        size,
+        dict(
+            hidden_size=1024,
+            intermediate_size=2816,
+            num_hidden_layers=12,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            vocab_size=32000,
+        ),
+        dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=128,
+        ),
+    )
     return LlamaForCausalLM(LlamaConfig(**dims, max_position_embeddings=2048, tie_word_embeddings=False))
 
 
@@ -100,10 +116,25 @@ def qwen2(size: str) -> nn.Module:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     # board: Qwen2-0.5B's published shape (494 M parameters, 14 / 2 heads, tied embeddings, qkv bias)
-    dims = _pick(size, dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                            num_key_value_heads=2, vocab_size=151936),
-                 dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=128))
+    dims = _pick(
+        size,
+        dict(
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            vocab_size=151936,
+        ),
+        dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=128,
+        ),
+    )
     return Qwen2ForCausalLM(Qwen2Config(**dims, max_position_embeddings=2048, tie_word_embeddings=True))
 
 
@@ -111,11 +142,22 @@ def gpt2(size: str) -> nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     # board: GPT-2 small (124 M parameters; the output head is the token embedding)
-    dims = _pick(size, dict(n_embd=768, n_layer=12, n_head=12, vocab_size=50257),
-                 dict(n_embd=32, n_layer=2, n_head=4, vocab_size=128))
+    dims = _pick(
+        size,
+        dict(n_embd=768, n_layer=12, n_head=12, vocab_size=50257),
+        dict(n_embd=32, n_layer=2, n_head=4, vocab_size=128),
+    )
     end = dims["vocab_size"] - 1  # GPT-2's <|endoftext|> is its last token
-    config = GPT2Config(**dims, n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                        bos_token_id=end, eos_token_id=end, tie_word_embeddings=True)
+    config = GPT2Config(
+        **dims,
+        n_positions=1024,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=end,
+        eos_token_id=end,
+        tie_word_embeddings=True,
+    )
     return GPT2LMHeadModel(config)
 
 
@@ -123,22 +165,39 @@ def mixtral(size: str) -> nn.Module:
     from transformers import MixtralConfig, MixtralForCausalLM
 
     # board: 8 experts, top-2 routing; ~490 M parameters, ~190 M active per token
-    dims = _pick(size, dict(hidden_size=1024, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=16,
-                            num_key_value_heads=4, vocab_size=32000),
-                 dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=128))
-    return MixtralForCausalLM(MixtralConfig(**dims, num_local_experts=8, num_experts_per_tok=2,
-                                            max_position_embeddings=2048))
+    dims = _pick(
+        size,
+        dict(
+            hidden_size=1024,
+            intermediate_size=2048,
+            num_hidden_layers=8,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            vocab_size=32000,
+        ),
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=128,
+        ),
+    )
+    return MixtralForCausalLM(
+        MixtralConfig(**dims, num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=2048)
+    )
 
 
 def bert(size: str) -> nn.Module:
     from transformers import BertConfig, BertForMaskedLM
 
     # board: BERT-base (110 M parameters), masked-LM head tied to the token embedding
-    dims = _pick(size, dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                            vocab_size=30522),
-                 dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                      vocab_size=128))
+    dims = _pick(
+        size,
+        dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, vocab_size=30522),
+        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=128),
+    )
     return BertForMaskedLM(BertConfig(**dims, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
 
 
@@ -147,12 +206,22 @@ def t5(size: str) -> nn.Module:
 
     # board: T5 v1.1 base (gated GELU, untied head; ~220 M parameters), 12 + 12 layers; the encoder reads
     # 4 x seq tokens
-    dims = _pick(size, dict(d_model=768, d_ff=2048, num_layers=12, num_heads=12, vocab_size=32128),
-                 dict(d_model=32, d_ff=64, num_layers=2, num_heads=4, vocab_size=128))
+    dims = _pick(
+        size,
+        dict(d_model=768, d_ff=2048, num_layers=12, num_heads=12, vocab_size=32128),
+        dict(d_model=32, d_ff=64, num_layers=2, num_heads=4, vocab_size=128),
+    )
     # Eager attention: T5's relative-position bias enters SDPA as a trainable mask, and PyTorch's CPU
     # SDPA cannot differentiate a mask (the host sizes would not train).
-    config = T5Config(**dims, d_kv=64 if size == "board" else 8, feed_forward_proj="gated-gelu", dropout_rate=0.0,
-                      tie_word_embeddings=False, decoder_start_token_id=0, attn_implementation="eager")
+    config = T5Config(
+        **dims,
+        d_kv=64 if size == "board" else 8,
+        feed_forward_proj="gated-gelu",
+        dropout_rate=0.0,
+        tie_word_embeddings=False,
+        decoder_start_token_id=0,
+        attn_implementation="eager",
+    )
     return T5ForConditionalGeneration(config)
 
 
@@ -160,10 +229,27 @@ def vit(size: str) -> nn.Module:
     from transformers import ViTConfig, ViTForImageClassification
 
     # board: ViT-B/16 at 224 pixels (86 M parameters, 197 tokens per image)
-    dims = _pick(size, dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                            image_size=224, patch_size=16, num_labels=1000),
-                 dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                      image_size=16, patch_size=4, num_labels=10))
+    dims = _pick(
+        size,
+        dict(
+            hidden_size=768,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            intermediate_size=3072,
+            image_size=224,
+            patch_size=16,
+            num_labels=1000,
+        ),
+        dict(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            image_size=16,
+            patch_size=4,
+            num_labels=10,
+        ),
+    )
     return ViTForImageClassification(ViTConfig(**dims, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
 
 
@@ -184,8 +270,9 @@ def resnet(size: str) -> nn.Module:
         if model is not None:
             return model
     # transformers' ResNet: its default config is ResNet-50 (bottleneck blocks, BatchNorm)
-    dims = _pick(size, dict(num_labels=1000),
-                 dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=10))
+    dims = _pick(
+        size, dict(num_labels=1000), dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=10)
+    )
     return ResNetForImageClassification(ResNetConfig(**dims))
 
 
@@ -223,8 +310,9 @@ class DiT(nn.Module):
     default initialisation everywhere (DiT zero-initialises its gates, which would leave the blocks
     idle on the first steps the benchmark measures)."""
 
-    def __init__(self, dim: int, depth: int, heads: int, latent: int, channels: int = 4, patch: int = 2,
-                 classes: int = 1000) -> None:
+    def __init__(
+        self, dim: int, depth: int, heads: int, latent: int, channels: int = 4, patch: int = 2, classes: int = 1000
+    ) -> None:
         super().__init__()
         self.patch, self.channels, self.freqs = patch, channels, 256
         self.embed = nn.Conv2d(channels, dim, patch, stride=patch)
@@ -254,8 +342,11 @@ class DiT(nn.Module):
 
 def dit(size: str) -> nn.Module:
     # board: DiT-B/2 on 32 x 32 x 4 latents (a 256-pixel image; 256 tokens, ~130 M parameters)
-    return DiT(**_pick(size, dict(dim=768, depth=12, heads=12, latent=32), dict(dim=32, depth=2, heads=4, latent=8,
-                                                                             classes=10)))
+    return DiT(
+        **_pick(
+            size, dict(dim=768, depth=12, heads=12, latent=32), dict(dim=32, depth=2, heads=4, latent=8, classes=10)
+        )
+    )
 
 
 def _dit_inputs(model: nn.Module, shape: Shape, g: torch.Generator) -> Inputs:
@@ -275,24 +366,78 @@ def _dit_loss(model: nn.Module, inputs: Inputs) -> torch.Tensor:
 ARCHS = {
     a.name: a
     for a in [
-        Arch("llama", "decoder LM, grouped-query attention, RoPE (transformers Llama)", llama, _causal_inputs, _hf_loss,
-             {"board": Shape(4, 1024, prompt=128), "host": Shape(2, 16, prompt=8)}),
-        Arch("qwen2", "decoder LM, GQA, RoPE, qkv bias, tied embeddings (transformers Qwen2, 0.5B shape)", qwen2,
-             _causal_inputs, _hf_loss, {"board": Shape(4, 512, prompt=128), "host": Shape(2, 16, prompt=8)}),
-        Arch("gpt2", "GPT-2 small, learned positions, tied embeddings (transformers GPT-2)", gpt2, _causal_inputs,
-             _hf_loss, {"board": Shape(8, 1024, prompt=128), "host": Shape(2, 16, prompt=8)}),
-        Arch("mixtral", "mixture-of-experts decoder LM, 8 experts top-2 (transformers Mixtral)", mixtral,
-             _causal_inputs, _hf_loss, {"board": Shape(4, 1024, prompt=128), "host": Shape(2, 16, prompt=8)}),
-        Arch("bert", "BERT-base encoder, masked-LM head (transformers BERT)", bert, _masked_inputs, _hf_loss,
-             {"board": Shape(16, 512), "host": Shape(2, 16)}),
-        Arch("t5", "T5 v1.1 base encoder-decoder, relative position bias, eager attention (transformers T5)", t5,
-             _seq2seq_inputs, _hf_loss, {"board": Shape(8, 128, prompt=128), "host": Shape(2, 8, prompt=8)}),
-        Arch("vit", "ViT-B/16 image classifier (transformers ViT)", vit, _image_inputs, _hf_loss,
-             {"board": Shape(64, 224), "host": Shape(2, 16)}),
-        Arch("resnet50", "ResNet-50, BatchNorm (torchvision; transformers' ResNet where torchvision does not load)",
-             resnet, _image_inputs, _resnet_loss, {"board": Shape(128, 224), "host": Shape(2, 16)}),
-        Arch("dit", "DiT-B/2 diffusion transformer, adaptive LayerNorm conditioning (defined here)", dit,
-             _dit_inputs, _dit_loss, {"board": Shape(32, 32), "host": Shape(2, 8)}),
+        Arch(
+            "llama",
+            "decoder LM, grouped-query attention, RoPE (transformers Llama)",
+            llama,
+            _causal_inputs,
+            _hf_loss,
+            {"board": Shape(4, 1024, prompt=128), "host": Shape(2, 16, prompt=8)},
+        ),
+        Arch(
+            "qwen2",
+            "decoder LM, GQA, RoPE, qkv bias, tied embeddings (transformers Qwen2, 0.5B shape)",
+            qwen2,
+            _causal_inputs,
+            _hf_loss,
+            {"board": Shape(4, 512, prompt=128), "host": Shape(2, 16, prompt=8)},
+        ),
+        Arch(
+            "gpt2",
+            "GPT-2 small, learned positions, tied embeddings (transformers GPT-2)",
+            gpt2,
+            _causal_inputs,
+            _hf_loss,
+            {"board": Shape(8, 1024, prompt=128), "host": Shape(2, 16, prompt=8)},
+        ),
+        Arch(
+            "mixtral",
+            "mixture-of-experts decoder LM, 8 experts top-2 (transformers Mixtral)",
+            mixtral,
+            _causal_inputs,
+            _hf_loss,
+            {"board": Shape(4, 1024, prompt=128), "host": Shape(2, 16, prompt=8)},
+        ),
+        Arch(
+            "bert",
+            "BERT-base encoder, masked-LM head (transformers BERT)",
+            bert,
+            _masked_inputs,
+            _hf_loss,
+            {"board": Shape(16, 512), "host": Shape(2, 16)},
+        ),
+        Arch(
+            "t5",
+            "T5 v1.1 base encoder-decoder, relative position bias, eager attention (transformers T5)",
+            t5,
+            _seq2seq_inputs,
+            _hf_loss,
+            {"board": Shape(8, 128, prompt=128), "host": Shape(2, 8, prompt=8)},
+        ),
+        Arch(
+            "vit",
+            "ViT-B/16 image classifier (transformers ViT)",
+            vit,
+            _image_inputs,
+            _hf_loss,
+            {"board": Shape(64, 224), "host": Shape(2, 16)},
+        ),
+        Arch(
+            "resnet50",
+            "ResNet-50, BatchNorm (torchvision; transformers' ResNet where torchvision does not load)",
+            resnet,
+            _image_inputs,
+            _resnet_loss,
+            {"board": Shape(128, 224), "host": Shape(2, 16)},
+        ),
+        Arch(
+            "dit",
+            "DiT-B/2 diffusion transformer, adaptive LayerNorm conditioning (defined here)",
+            dit,
+            _dit_inputs,
+            _dit_loss,
+            {"board": Shape(32, 32), "host": Shape(2, 8)},
+        ),
     ]
 }
 
@@ -317,7 +462,12 @@ def generate(model: nn.Module, prompt_ids: torch.Tensor, new_tokens: int) -> tor
     """Greedy decoding with the KV cache: exactly `new_tokens` tokens per row (the end-of-sequence
     token is held back until then), returned as (batch, new_tokens)."""
     out = model.generate(
-        input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids), max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens, do_sample=False, use_cache=True, pad_token_id=0,
+        input_ids=prompt_ids,
+        attention_mask=torch.ones_like(prompt_ids),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        use_cache=True,
+        pad_token_id=0,
     )
     return out[:, -new_tokens:]

@@ -1,6 +1,7 @@
 // The backing state and zero-copy aliases between flagos and backing tensors: the same bytes seen
 // with another device label, which is what lets any backing kernel run on flagos memory.
 #include "backing.h"
+#include "constants.h"
 
 #include <ATen/ATen.h>
 
@@ -46,7 +47,8 @@ void set_backing(c10::DeviceType type, c10::DeviceIndex host_devices) {
   TORCH_CHECK(!g_backing.initialized, "the flagos backing is set once per process");
   TORCH_CHECK(type == c10::DeviceType::CPU || type == c10::DeviceType::CUDA,
               "flagos supports the backing devices cpu and cuda; got ", type);
-  TORCH_CHECK(host_devices >= 1 && host_devices <= 16, "host_devices must be in [1, 16]");
+  TORCH_CHECK(host_devices >= 1 && static_cast<std::size_t>(host_devices) <= kMaxHostDevices,
+              "host_devices must be in [1, ", kMaxHostDevices, "]; got ", host_devices);
   g_backing.type = type;
   g_backing.key = type == c10::DeviceType::CPU ? c10::DispatchKey::CPU : c10::DispatchKey::CUDA;
   g_backing.host_devices = host_devices;
@@ -90,13 +92,16 @@ at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
   if (!t.defined() || t.device().type() != backing().type) return std::move(t);
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   const c10::Storage& storage = impl->storage();
-  if (t.use_count() != 1 || storage.use_count() != 1 || !storage.resizable() ||
-      !impl->allow_tensor_metadata_change() || impl->pyobj_slot()->load_pyobj() != nullptr) {
+  if (t.use_count() != 1 || storage.use_count() != 1 || !storage.resizable() || !impl->allow_tensor_metadata_change() ||
+      impl->pyobj_slot()->load_pyobj() != nullptr) {
     return as_flagos(t, host_index);
   }
   // Nobody else sees this tensor or its buffer: relabel both in place instead of aliasing (no
   // keep-alive object, no new TensorImpl, and the CUDA caching allocator keeps ownership so
   // record_stream still works).
+  // Invariant: `t` is the only owner of its TensorImpl and StorageImpl (use counts 1, no Python
+  // object), checked above, so no other tensor observes the device change; the DataPtr keeps its
+  // context and deleter, so the buffer is still freed by the allocator that made it.
   c10::StorageImpl* si = storage.unsafeGetStorageImpl();
   const auto dev = to_flagos(t.device(), host_index);
   if (host_backed()) {

@@ -39,8 +39,8 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
   c10::impl::ExcludeDispatchKeyGuard outside_tracing(kTracing);
   std::optional<at::Tensor> m;
   if (mask.has_value() && mask->defined()) m = backing_for_choice(*mask);
-  const int64_t choice = at::_fused_sdp_choice(backing_for_choice(q), backing_for_choice(k), backing_for_choice(v),
-                                               m, dropout_p, is_causal, scale, enable_gqa);
+  const int64_t choice = at::_fused_sdp_choice(backing_for_choice(q), backing_for_choice(k), backing_for_choice(v), m,
+                                               dropout_p, is_causal, scale, enable_gqa);
   if (host_backed() && choice == static_cast<int64_t>(at::SDPBackend::flash_attention) &&
       at::globalContext().userEnabledOverrideableSDP()) {
     return static_cast<int64_t>(at::SDPBackend::overrideable);
@@ -98,8 +98,8 @@ Forward fused_attention_host(const at::Tensor& query, const at::Tensor& key, con
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_host_backward(
     const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
     const at::Tensor& attn_bias, std::array<bool, 4> /*grad_input_mask*/, const at::Tensor& out,
-    const at::Tensor& logsumexp, const at::Tensor& /*cum_seq_q*/, const at::Tensor& /*cum_seq_k*/,
-    int64_t /*max_q*/, int64_t /*max_k*/, double dropout_p, bool is_causal, const at::Tensor& /*philox_seed*/,
+    const at::Tensor& logsumexp, const at::Tensor& /*cum_seq_q*/, const at::Tensor& /*cum_seq_k*/, int64_t /*max_q*/,
+    int64_t /*max_k*/, double dropout_p, bool is_causal, const at::Tensor& /*philox_seed*/,
     const at::Tensor& /*philox_offset*/, std::optional<double> scale) {
   const auto index = query.device().index();
   std::optional<at::Tensor> mask;

@@ -223,7 +223,8 @@ void map_list(c10::IValue& iv, F&& fn) {
     auto list = iv.toList();
     c10::impl::GenericList out(list.elementType());
     out.reserve(list.size());
-    for (const c10::IValue& e : list) out.push_back(e.isTensor() && is_flagos(e.toTensor()) ? c10::IValue(fn(e.toTensor())) : e);
+    for (const c10::IValue& e : list)
+      out.push_back(e.isTensor() && is_flagos(e.toTensor()) ? c10::IValue(fn(e.toTensor())) : e);
     iv = std::move(out);
   }
 }
@@ -381,9 +382,9 @@ void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& 
   info.cpu_calls.fetch_add(1, std::memory_order_relaxed);
   if (g_log_cpu.load(std::memory_order_relaxed) && !info.logged.exchange(true)) {
     std::cerr << "torch_fl: cpu fallback for " << info.name
-              << (info.force_cpu ? " (forced by route)"
-                                 : info.backing_has_kernel ? " (the backing kernel does not support these inputs)"
-                                                           : " (no kernel on the backing device)")
+              << (info.force_cpu            ? " (forced by route)"
+                  : info.backing_has_kernel ? " (the backing kernel does not support these inputs)"
+                                            : " (no kernel on the backing device)")
               << std::endl;
   }
   const size_t base = stack->size() - info.args.size();
@@ -458,9 +459,9 @@ std::vector<c10::RegistrationHandleRAII> claim_backing_kernels() {
   std::vector<c10::RegistrationHandleRAII> handles;
   for (const auto& claim : claims) {
     std::unordered_set<std::string> seen;
-    for (auto key : {c10::DispatchKey::CompositeExplicitAutograd,
-                     c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
-                     c10::DispatchKey::CompositeImplicitAutograd}) {
+    for (auto key :
+         {c10::DispatchKey::CompositeExplicitAutograd, c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
+          c10::DispatchKey::CompositeImplicitAutograd}) {
       for (const auto& name : dispatcher.getAllOpNamesForDispatchKey(key)) {
         if (name.name.rfind("aten::", 0) != 0 || !seen.insert(name.name + "." + name.overload_name).second) continue;
         auto op = dispatcher.findOp(name);

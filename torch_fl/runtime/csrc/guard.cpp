@@ -3,6 +3,7 @@
 // devices, labelled streams and timestamp events, so device indices, guards and Event timing
 // behave as on a real accelerator (work on the host is synchronous, so waits are no-ops).
 #include "backing.h"
+#include "constants.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -13,7 +14,6 @@
 namespace torch_fl {
 namespace {
 
-constexpr size_t kMaxHostDevices = 16;
 thread_local c10::DeviceIndex tl_host_device = 0;
 thread_local std::array<c10::StreamId, kMaxHostDevices> tl_host_stream{};
 std::atomic<c10::StreamId> g_next_host_stream{1};
@@ -23,8 +23,8 @@ struct HostEvent {
 };
 
 void check_host_index(c10::DeviceIndex i) {
-  TORCH_CHECK(i >= 0 && i < backing().host_devices, "Invalid device index ", static_cast<int>(i),
-              ": flagos has ", static_cast<int>(backing().host_devices), " device(s) on this platform");
+  TORCH_CHECK(i >= 0 && i < backing().host_devices, "Invalid device index ", static_cast<int>(i), ": flagos has ",
+              static_cast<int>(backing().host_devices), " device(s) on this platform");
 }
 
 c10::DeviceIndex norm(c10::Device d) { return d.has_index() ? d.index() : tl_host_device; }
@@ -123,7 +123,9 @@ struct ForwardingGuard final : c10::impl::DeviceGuardImplInterface {
   void recordDataPtrOnStream(const c10::DataPtr& dp, const c10::Stream& s) const override {
     // Only blocks the backing allocator owns can be recorded (borrowed aliases are not).
     if (!dp.get() || dp.get_deleter() != c10::GetAllocator(backing().type)->raw_deleter()) return;
-    // A temporary DataPtr with the allocator's deleter (the allocator checks it), never freed.
+    // A stand-in DataPtr labelled with the backing device, carrying the allocator's deleter (the
+    // allocator checks it). Invariant: it never owns the block: release_context() drops the context
+    // before its destructor could run the deleter, so the block is freed once, by `dp`'s owner.
     c10::DataPtr view(dp.get(), dp.get_context(), dp.get_deleter(), to_backing(dp.device()));
     b->recordDataPtrOnStream(view, on_backing(s));
     (void)view.release_context();

@@ -2,6 +2,7 @@
 // DataPtr as flagos. On the host the bytes are tracked here (the CPU allocator keeps no
 // statistics); on CUDA the caching allocator's own statistics are the source of truth.
 #include "backing.h"
+#include "constants.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
@@ -19,7 +20,6 @@
 namespace torch_fl {
 namespace {
 
-constexpr size_t kMaxHostDevices = 16;
 constexpr auto kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
 
 struct HostStats {
@@ -35,8 +35,8 @@ void count_alloc(c10::DeviceIndex idx, size_t n) {
   auto& s = host_stats();
   std::lock_guard<std::mutex> g(s.mu);
   auto& d = s.per_device.at(idx);
-  for (auto* stat : {&d.allocated_bytes[kAggregate], &d.reserved_bytes[kAggregate],
-                     &d.active_bytes[kAggregate], &d.requested_bytes[kAggregate]})
+  for (auto* stat : {&d.allocated_bytes[kAggregate], &d.reserved_bytes[kAggregate], &d.active_bytes[kAggregate],
+                     &d.requested_bytes[kAggregate]})
     stat->increase(n);
   d.allocation[kAggregate].increase(1);
   d.segment[kAggregate].increase(1);
@@ -48,8 +48,8 @@ void count_free(c10::DeviceIndex idx, size_t n) {
   auto& s = host_stats();
   std::lock_guard<std::mutex> g(s.mu);
   auto& d = s.per_device.at(idx);
-  for (auto* stat : {&d.allocated_bytes[kAggregate], &d.reserved_bytes[kAggregate],
-                     &d.active_bytes[kAggregate], &d.requested_bytes[kAggregate]})
+  for (auto* stat : {&d.allocated_bytes[kAggregate], &d.reserved_bytes[kAggregate], &d.active_bytes[kAggregate],
+                     &d.requested_bytes[kAggregate]})
     stat->decrease(n);
   d.allocation[kAggregate].decrease(1);
   d.segment[kAggregate].decrease(1);
@@ -69,9 +69,7 @@ void delete_tracked(void* ctx) {
   delete c;
 }
 
-c10::DeviceAllocator* backing_device_allocator() {
-  return c10::getDeviceAllocator(backing().type);
-}
+c10::DeviceAllocator* backing_device_allocator() { return c10::getDeviceAllocator(backing().type); }
 
 struct FlagosAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t n) override {
@@ -103,16 +101,13 @@ struct FlagosAllocator final : c10::DeviceAllocator {
     if (host_backed()) return;
     c10::impl::getDeviceGuardImpl(kFlagos)->recordDataPtrOnStream(ptr, stream);
   }
-  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex idx) override {
-    return device_stats(idx);
-  }
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex idx) override { return device_stats(idx); }
   void resetAccumulatedStats(c10::DeviceIndex idx) override { reset_accumulated_stats(idx); }
   void resetPeakStats(c10::DeviceIndex idx) override { reset_peak_stats(idx); }
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex idx) override {
     if (!host_backed()) return backing_device_allocator()->getMemoryInfo(idx);
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    return {static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * page,
-            static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * page};
+    return {static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * page, static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * page};
   }
 };
 
@@ -186,8 +181,8 @@ void reset_peak_stats(c10::DeviceIndex idx) {
   std::lock_guard<std::mutex> g(s.mu);
   auto& d = s.per_device.at(idx);
   // Peaks restart from what is live now: live allocations are never forgotten.
-  for (auto* arr : {&d.allocated_bytes, &d.reserved_bytes, &d.active_bytes, &d.requested_bytes,
-                    &d.allocation, &d.segment, &d.active})
+  for (auto* arr : {&d.allocated_bytes, &d.reserved_bytes, &d.active_bytes, &d.requested_bytes, &d.allocation,
+                    &d.segment, &d.active})
     for (auto& stat : *arr) stat.reset_peak();
 }
 
@@ -196,8 +191,8 @@ void reset_accumulated_stats(c10::DeviceIndex idx) {
   auto& s = host_stats();
   std::lock_guard<std::mutex> g(s.mu);
   auto& d = s.per_device.at(idx);
-  for (auto* arr : {&d.allocated_bytes, &d.reserved_bytes, &d.active_bytes, &d.requested_bytes,
-                    &d.allocation, &d.segment, &d.active})
+  for (auto* arr : {&d.allocated_bytes, &d.reserved_bytes, &d.active_bytes, &d.requested_bytes, &d.allocation,
+                    &d.segment, &d.active})
     for (auto& stat : *arr) stat.reset_accumulated();
   d.num_device_alloc = d.num_device_free = 0;
 }

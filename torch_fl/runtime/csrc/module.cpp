@@ -27,9 +27,7 @@ void init(const std::string& device, int host_devices) {
   at::globalContext().lazyInitDevice(c10::DeviceType::PrivateUse1);
 }
 
-py::object wrap_generator(const at::Generator& g) {
-  return py::reinterpret_steal<py::object>(THPGenerator_Wrap(g));
-}
+py::object wrap_generator(const at::Generator& g) { return py::reinterpret_steal<py::object>(THPGenerator_Wrap(g)); }
 
 py::dict stats(int index) {
   const auto s = device_stats(static_cast<c10::DeviceIndex>(index));
@@ -66,9 +64,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("as_flagos", &as_flagos, py::arg("tensor"), py::arg("host_index") = -1,
         "zero-copy alias of a backing tensor as a flagos tensor");
   m.def("default_generator", [](int i) { return wrap_generator(default_generator(static_cast<c10::DeviceIndex>(i))); });
-  m.def("backing_generator", [](py::object g) {
-    return wrap_generator(backing_generator(THPGenerator_Unwrap(g.ptr())));
-  });
+  m.def("backing_generator",
+        [](py::object g) { return wrap_generator(backing_generator(THPGenerator_Unwrap(g.ptr()))); });
   m.def("memory_stats", &stats);
   m.def("reset_peak_memory_stats", [](int i) { reset_peak_stats(static_cast<c10::DeviceIndex>(i)); });
   m.def("reset_accumulated_memory_stats", [](int i) { reset_accumulated_stats(static_cast<c10::DeviceIndex>(i)); });
@@ -102,11 +99,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "put a C++ filter in front of an op: calls in `spans` reach its PrivateUse2 Python kernel");
   m.def("set_supported_dtypes", &set_supported_dtypes, py::arg("dtypes"),
         "the dtypes torch.accelerator.get_device_capability() reports");
-  m.def("host_bytes", [](const at::Tensor& t) -> py::object {
-    auto bytes = host_bytes(t);
-    return bytes.defined() ? py::cast(bytes) : py::none();
-  }, "the CPU storage a host-backed flagos tensor's storage uses, as a byte tensor (None if it owns its memory)");
+  m.def(
+      "host_bytes",
+      [](const at::Tensor& t) -> py::object {
+        auto bytes = host_bytes(t);
+        return bytes.defined() ? py::cast(bytes) : py::none();
+      },
+      "the CPU storage a host-backed flagos tensor's storage uses, as a byte tensor (None if it owns its memory)");
   m.def("move_host_storage", &move_host_storage, py::arg("tensor"), py::arg("cpu_bytes"));
-  m.def("request_lazy_init", [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, true); },
-        "the next flagos tensor creation calls torch.flagos._lazy_init() again");
+  m.def(
+      "request_lazy_init", [] { torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, true); },
+      "the next flagos tensor creation calls torch.flagos._lazy_init() again");
 }

@@ -25,8 +25,8 @@ void move_host_storage(const at::Tensor& t, const at::Tensor& cpu_bytes) {
   TORCH_CHECK(cpu_bytes.storage().nbytes() >= n, "the shared buffer holds ", cpu_bytes.storage().nbytes(),
               " bytes; the flagos storage needs ", n);
   if (n) std::memcpy(cpu_bytes.storage().mutable_data(), si->data(), n);
-  si->set_data_ptr_noswap(track_host(hold_storage(cpu_bytes.storage(), c10::Device(c10::DeviceType::CPU)), n,
-                                     si->device().index()));
+  si->set_data_ptr_noswap(
+      track_host(hold_storage(cpu_bytes.storage(), c10::Device(c10::DeviceType::CPU)), n, si->device().index()));
 }
 
 }  // namespace torch_fl

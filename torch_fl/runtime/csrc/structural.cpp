@@ -90,7 +90,9 @@ at::Tensor& set_empty(at::Tensor& self) {
   return self.set_(storage, 0, {0}, {});
 }
 
-at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) { return at::native::set_tensor_(self, source); }
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  return at::native::set_tensor_(self, source);
+}
 
 at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) { return at::native::set_(self, source); }
 
@@ -141,16 +143,18 @@ std::tuple<at::Tensor, at::Tensor> native_dropout_host(const at::Tensor& input, 
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
                        at::IntArrayRef output_padding, int64_t groups) {
-  return adopt_as_flagos(at::convolution(borrow_as_backing(input), borrow_as_backing(weight),
-                                         borrow_optional_as_backing(bias), stride, padding, dilation, transposed,
-                                         output_padding, groups),
-                         input.device().index());
+  return adopt_as_flagos(
+      at::convolution(borrow_as_backing(input), borrow_as_backing(weight), borrow_optional_as_backing(bias), stride,
+                      padding, dilation, transposed, output_padding, groups),
+      input.device().index());
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
-    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
-    at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding,
-    int64_t groups, std::array<bool, 3> output_mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(const at::Tensor& grad_output,
+                                                                    const at::Tensor& input, const at::Tensor& weight,
+                                                                    at::IntArrayRef stride, at::IntArrayRef padding,
+                                                                    at::IntArrayRef dilation, bool transposed,
+                                                                    at::IntArrayRef output_padding, int64_t groups,
+                                                                    std::array<bool, 3> output_mask) {
   const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
   auto [gi, gw, gb] = at::convolution_backward(borrow_as_backing(grad_output), borrow_as_backing(input),
                                                borrow_as_backing(weight), at::IntArrayRef{out_channels}, stride,
@@ -162,9 +166,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
 
 // Recurrent layers use fused cell kernels on every non-CPU device; the host has none. These
 // compute the cells from differentiable ops at the autograd level, so their backward is derived.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_host(
-    const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& cx,
-    const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_host(const at::Tensor& input_gates,
+                                                                    const at::Tensor& hidden_gates,
+                                                                    const at::Tensor& cx,
+                                                                    const std::optional<at::Tensor>& input_bias,
+                                                                    const std::optional<at::Tensor>& hidden_bias) {
   at::Tensor gates = input_gates + hidden_gates;
   if (input_bias.has_value() && input_bias->defined()) gates = gates + *input_bias;
   if (hidden_bias.has_value() && hidden_bias->defined()) gates = gates + *hidden_bias;

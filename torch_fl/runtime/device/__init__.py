@@ -3,7 +3,14 @@
 Each concern lives in its own module (device management, random, memory, streams, amp); this
 package re-exports them so `torch.flagos.<name>` reads like `torch.cuda.<name>`.
 """
+
 from torch_fl.runtime.device.amp import get_amp_supported_dtype, is_bf16_supported
+from torch_fl.runtime.device.management import (
+    _is_in_bad_fork as _is_in_bad_fork,  # asked for by PyTorch's device-module protocol
+)
+from torch_fl.runtime.device.management import (
+    _lazy_init as _lazy_init,
+)
 from torch_fl.runtime.device.management import (
     current_device,
     device,
@@ -15,8 +22,6 @@ from torch_fl.runtime.device.management import (
     is_initialized,
     set_device,
     synchronize,
-    _is_in_bad_fork as _is_in_bad_fork,  # asked for by PyTorch's device-module protocol
-    _lazy_init as _lazy_init,
 )
 from torch_fl.runtime.device.memory import (
     empty_cache,
@@ -44,10 +49,41 @@ from torch_fl.runtime.device.random import (
 from torch_fl.runtime.device.streams import Event, Stream, current_stream, default_stream, set_stream, stream
 
 __all__ = [
-    "Event", "Stream", "current_device", "current_stream", "default_generators", "default_stream", "device",
-    "device_count", "device_of", "empty_cache", "get_amp_supported_dtype", "get_device_name", "get_rng_state",
-    "get_rng_state_all", "init", "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed",
-    "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
-    "memory_reserved", "memory_stats", "reset_accumulated_memory_stats", "reset_peak_memory_stats", "seed",
-    "seed_all", "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
+    "Event",
+    "Stream",
+    "current_device",
+    "current_stream",
+    "default_generators",
+    "default_stream",
+    "device",
+    "device_count",
+    "device_of",
+    "empty_cache",
+    "get_amp_supported_dtype",
+    "get_device_name",
+    "get_rng_state",
+    "get_rng_state_all",
+    "init",
+    "initial_seed",
+    "is_available",
+    "is_bf16_supported",
+    "is_initialized",
+    "manual_seed",
+    "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "mem_get_info",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
+    "seed",
+    "seed_all",
+    "set_device",
+    "set_rng_state",
+    "set_rng_state_all",
+    "set_stream",
+    "stream",
+    "synchronize",
 ]

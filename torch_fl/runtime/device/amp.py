@@ -1,4 +1,5 @@
 """Autocast support: the dtypes torch.autocast("flagos") accepts."""
+
 from __future__ import annotations
 
 import torch

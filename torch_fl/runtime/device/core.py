@@ -1,4 +1,5 @@
 """Access to the loaded C++ core and the active backing, shared by the device modules."""
+
 from __future__ import annotations
 
 from types import ModuleType
@@ -24,7 +25,7 @@ def backing() -> str:
     return _backing
 
 
-def index(device: "torch.device | str | int | None" = None) -> int:
+def index(device: torch.device | str | int | None = None) -> int:
     """Device index for torch.cuda-style `device` arguments (None means the current device)."""
     if device is None:
         return core().current_device()

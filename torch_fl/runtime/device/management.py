@@ -7,10 +7,11 @@ child forked after that is in a *bad fork*: the device state it inherited may no
 (a CUDA backing's context never is), so initialising flagos in it raises, on every backing alike,
 so that a program proven on the host reference platform behaves the same on an accelerator.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -71,17 +72,17 @@ def current_device() -> int:
     return core().current_device()
 
 
-def set_device(device: "torch.device | str | int") -> None:
+def set_device(device: torch.device | str | int) -> None:
     _lazy_init()
     torch._C._accelerator_hooks_set_current_device(index(device))
 
 
-def synchronize(device: "torch.device | str | int | None" = None) -> None:
+def synchronize(device: torch.device | str | int | None = None) -> None:
     _lazy_init()
     torch._C._accelerator_synchronizeDevice(index(device))
 
 
-def get_device_name(device: "torch.device | str | int | None" = None) -> str:
+def get_device_name(device: torch.device | str | int | None = None) -> str:
     i = index(device)
     if backing() == "cuda":
         return f"flagos ({torch.cuda.get_device_name(i)})"
@@ -95,12 +96,12 @@ class device:
         self.idx = -1 if device is None else index(device)
         self.prev = -1
 
-    def __enter__(self) -> "device":
+    def __enter__(self) -> device:
         if self.idx >= 0:
             self.prev = torch._C._accelerator_hooks_exchange_device(self.idx)
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         if self.idx >= 0:
             torch._C._accelerator_hooks_exchange_device(self.prev)
         return False

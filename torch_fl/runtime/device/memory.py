@@ -1,14 +1,15 @@
 """Memory statistics of the flagos allocator (tracked by the core on the host backing, the
 backing caching allocator's own statistics on CUDA)."""
+
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 import torch
 
 from torch_fl.runtime.device.core import backing, core, index
 
-Device = "torch.device | str | int | None"
+Device = Union[torch.device, str, int, None]
 
 
 def memory_stats(device: Device = None) -> dict[str, Any]:

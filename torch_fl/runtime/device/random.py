@@ -1,4 +1,5 @@
 """Random number generation: one default torch.Generator per flagos device, driven by the core."""
+
 from __future__ import annotations
 
 import torch
@@ -13,11 +14,11 @@ def _bind_generators() -> None:
     default_generators[:] = [core().default_generator(i) for i in range(core().device_count())]
 
 
-def get_rng_state(device: "torch.device | str | int" = "flagos") -> torch.Tensor:
+def get_rng_state(device: torch.device | str | int = "flagos") -> torch.Tensor:
     return default_generators[index(device)].get_state()
 
 
-def set_rng_state(new_state: torch.Tensor, device: "torch.device | str | int" = "flagos") -> None:
+def set_rng_state(new_state: torch.Tensor, device: torch.device | str | int = "flagos") -> None:
     default_generators[index(device)].set_state(new_state)
 
 

@@ -1,8 +1,10 @@
 """Streams and events: torch.Stream / torch.Event on flagos, served by the core's device guard."""
+
 from __future__ import annotations
 
-from typing import Any, Iterator
 import contextlib
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
