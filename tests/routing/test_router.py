@@ -168,6 +168,19 @@ def test_calls_outside_every_bucket_never_enter_python(bucketed, pair):
     assert core().route_counts()[op][0] >= 2  # served by the C++ native route
 
 
+def test_a_bucket_whose_path_the_record_refuses_costs_no_python(bucketed, pair):
+    """A bucket tuned onto a path the conformance record has not validated for the op (here emulated,
+    which never proved sub) never runs that path, so its calls must not enter Python either."""
+    from torch_fl.routing.table import Bucket, OpRoute
+
+    op = "aten::sub.Tensor"
+    r = bucketed(op, OpRoute(candidates=["native", "emulated"], buckets=[Bucket(max_numel=64, choice="emulated")]))
+    assert op not in r.installed
+    a, b, x, y = pair
+    assert torch.equal((x - y).cpu(), a - b)
+    assert dict(r.counts) == {}
+
+
 def test_a_composite_op_outside_its_buckets_runs_the_composite(bucketed):
     from torch_fl.routing.table import Bucket, OpRoute
 

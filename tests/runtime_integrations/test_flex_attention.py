@@ -6,6 +6,11 @@ the CUDA backing the GPU's (with backward; the Triton template), run on the boar
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -72,10 +77,25 @@ def test_host_backing_refuses_backward_as_the_cpu_does():
         flex_attention(q, k, v)
 
 
+# The plain-CUDA reference trains in a child process without flagos: a process where flagos is
+# registered cannot run autograd over plain CUDA tensors (the README's containment rule).
+PLAIN_CUDA_TRAINING = """
+import sys, torch
+sys.path.insert(0, {folder!r})
+from test_flex_attention import causal, relative_bias
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+q, k, v = (t.to("cuda").requires_grad_() for t in torch.load({path!r}))
+mask = create_block_mask(causal, 1, 1, 128, 128, device="cuda")
+out = torch.compile(flex_attention, fullgraph=True)(q, k, v, score_mod=relative_bias, block_mask=mask)
+out.float().sum().backward()
+torch.save((out.detach().cpu(), q.grad.cpu()), {path!r})
+"""
+
+
 @pytest.mark.cuda
 @pytest.mark.slow
 @cuda_backing
-def test_cuda_backing_flex_attention_trains_compiled():
+def test_cuda_backing_flex_attention_trains_compiled(tmp_path):
     torch._dynamo.reset()
     q, k, v = (t.requires_grad_() for t in inputs("flagos", torch.bfloat16))
     block_mask = create_block_mask(causal, 1, 1, 128, 128, device="flagos")
@@ -83,10 +103,11 @@ def test_cuda_backing_flex_attention_trains_compiled():
     out = compiled(q, k, v, score_mod=relative_bias, block_mask=block_mask)
     out.float().sum().backward()
     assert q.grad is not None and q.grad.device.type == "flagos"
-    cq, ck, cv = (t.detach().to("cuda").requires_grad_() for t in (q, k, v))
-    expected = torch.compile(flex_attention, fullgraph=True)(
-        cq, ck, cv, score_mod=relative_bias, block_mask=create_block_mask(causal, 1, 1, 128, 128, device="cuda")
-    )
-    expected.float().sum().backward()
-    torch.testing.assert_close(out.cpu(), expected.cpu(), rtol=2e-2, atol=2e-2)
-    torch.testing.assert_close(q.grad.cpu(), cq.grad.cpu(), rtol=2e-2, atol=2e-2)
+    path = tmp_path / "tensors.pt"
+    torch.save(tuple(t.detach().cpu() for t in (q, k, v)), path)
+    child = PLAIN_CUDA_TRAINING.format(folder=str(Path(__file__).parent), path=str(path))
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    subprocess.run([sys.executable, "-c", child], env=env, check=True, timeout=300)
+    expected, expected_grad = torch.load(path)
+    torch.testing.assert_close(out.cpu(), expected, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(q.grad.cpu(), expected_grad, rtol=2e-2, atol=2e-2)

@@ -68,8 +68,9 @@ def size_span(key: str) -> tuple[int, int]:
     return low, -1 if high is None else high
 
 
-def bucket_spans(route: OpRoute) -> list[Span]:
-    """The numel ranges, per dtype, whose tuned bucket chose a path other than native.
+def bucket_spans(route: OpRoute, runnable: Callable[[str], bool] = lambda path: True) -> list[Span]:
+    """The numel ranges, per dtype, whose tuned bucket chose a path other than native that
+    `runnable` (the gate) lets run: a bucket on a path it refuses would run native anyway.
 
     A call takes the first bucket of its dtype (or of any dtype) that it fits in, so a bucket
     starts above the earlier buckets it shares calls with. For an any-dtype bucket only the
@@ -80,7 +81,7 @@ def bucket_spans(route: OpRoute) -> list[Span]:
     for i, bucket in enumerate(route.buckets):
         earlier = [b.max_numel for b in route.buckets[:i] if b.dtype is None or b.dtype == bucket.dtype]
         low = max(earlier, default=-1) + 1
-        if bucket.choice != "native" and bucket.max_numel >= low:
+        if bucket.choice != "native" and bucket.max_numel >= low and runnable(bucket.choice):
             spans.append((getattr(torch, bucket.dtype) if bucket.dtype else None, low, bucket.max_numel))
     return spans
 
@@ -164,7 +165,7 @@ class Router:
         if plan.route is not None:
             # buckets are chosen per call; reading them asks no kernel library, so FlagGems
             # (seconds to import) stays out of activation until a call needs it
-            spans += bucket_spans(plan.route)
+            spans += bucket_spans(plan.route, lambda path: plan.bypass_gate or self.gate.allows(plan.op, None, path))
         if plan.candidates[:1] != ["native"]:
             for path in plan.candidates:
                 if path == "native":
