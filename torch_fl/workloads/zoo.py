@@ -86,6 +86,17 @@ def _pick(size: str, board: dict, host: dict) -> dict:
     return board if size == "board" else host
 
 
+# The host size of every decoder LM with grouped-query attention (llama, qwen2).
+HOST_DECODER = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=128,
+)
+
+
 def llama(size: str) -> nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -100,14 +111,7 @@ def llama(size: str) -> nn.Module:
             num_key_value_heads=4,
             vocab_size=32000,
         ),
-        dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=128,
-        ),
+        HOST_DECODER,
     )
     return LlamaForCausalLM(LlamaConfig(**dims, max_position_embeddings=2048, tie_word_embeddings=False))
 
@@ -126,14 +130,7 @@ def qwen2(size: str) -> nn.Module:
             num_key_value_heads=2,
             vocab_size=151936,
         ),
-        dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=128,
-        ),
+        HOST_DECODER,
     )
     return Qwen2ForCausalLM(Qwen2Config(**dims, max_position_embeddings=2048, tie_word_embeddings=True))
 
