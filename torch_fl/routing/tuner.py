@@ -243,81 +243,18 @@ def tune(
     def tunable(op: str) -> bool:
         if op in GEMM_OPS and not include_gemm:
             return False
-        plan = router.plan(op)
-        return any(p not in C_PATHS and (paths is None or p in paths) for p in plan.candidates)
+        return any(p not in C_PATHS and (paths is None or p in paths) for p in router.plan(op).candidates)
 
-    for _ in range(2):
-        step()  # warm-up: allocator, autotuning of the native libraries
-    _synchronize()
-    recorder = _Recorder(tunable)
-    with recorder:
-        step()
-    _synchronize()
-    progress(f"recorded {len(recorder.samples)} (op, shape bucket) samples")
-    pending = []
-    for sample in recorder.samples.values():
-        plan = router.plan(sample.op)
-        allowed = [
-            p
-            for p in plan.candidates
-            if p != "cpu"
-            and (paths is None or p in paths or p == "native")
-            and p in router.kernel_sets
-            and router.kernel_sets[p].implements(sample.op)
-            and router.gate.allows(sample.op, sample.key, p)
-        ]
-        if len(allowed) > 1:
-            pending.append((sample, allowed))
-    if isolate and pending:
-        from torch_fl.routing.tuner_worker import measure_isolated
-
-        measurements = measure_isolated(pending, router.descriptor.name, progress)
-    else:
-        measurements = []
-        for i, (sample, allowed) in enumerate(pending):
-            measurements.append(measure(sample, allowed))
-            progress(f"measured {i + 1}/{len(pending)} {sample.op} <= {sample.bound}")
+    samples = _record(step, tunable)
+    progress(f"recorded {len(samples)} (op, shape bucket) samples")
+    measurements = _measure_all(router, _pending(router, samples, paths), isolate, progress)
     overhead = python_route_overhead()
     chosen = decide(measurements, min_gain)
-
     saved = {op: router.table.ops.get(op) for op in chosen}
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    tuned_routes = {}
-    for op, buckets in chosen.items():
-        route = router.table.ops.get(op) or OpRoute(
-            candidates=router.plan(op).candidates, provenance=Provenance(source="tune", note="tuned shape buckets")
-        )
-        for b in buckets:
-            b.provenance = Provenance(source="tune", workload=workload, at=now, record=router.gate.state)
-        tuned_routes[op] = route.model_copy(update={"buckets": buckets})
-
-    def use(routes: Mapping[str, Optional[OpRoute]]) -> None:
-        for op, route in routes.items():
-            if route is None:
-                router.table.ops.pop(op, None)
-            else:
-                router.table.ops[op] = route
-            router.refresh(op)
-
-    def step_ms() -> float:
-        return time_call(step, repeats=1, inner=steps) / 1e3
-
-    # Native-only and tuned alternate round by round, so that the machine's drifts touch both
-    # alike: a gain of a fraction of a percent is then told from the noise between rounds.
-    native_rounds, tuned_rounds = [], []
-    if chosen:
-        use(tuned_routes)
-        step()  # the tuned kernels' first calls in this process (compilation) stay out of the rounds
-    for _ in range(check_rounds if chosen else 1):
-        use(saved)
-        native_rounds.append(step_ms())
-        if chosen:
-            use(tuned_routes)
-            tuned_rounds.append(step_ms())
-    native_ms = statistics.median(native_rounds)
-    tuned_ms = statistics.median(tuned_rounds) if chosen else native_ms
+    tuned = _tuned_routes(router, chosen, workload)
+    native_ms, tuned_ms = _step_times(router, step, steps, saved, tuned, check_rounds)
     kept = bool(chosen) and tuned_ms <= native_ms
-    use(tuned_routes if kept else saved)
+    _use(router, tuned if kept else saved)
     note = ""
     if chosen and not kept:
         note = f"tuned step {tuned_ms:.3f} ms was not faster than native-only {native_ms:.3f} ms: not written"
@@ -334,3 +271,100 @@ def tune(
         kept=kept,
         note=note,
     )
+
+
+def _record(step: Callable[[], Any], tunable: Callable[[str], bool]) -> list[Sample]:
+    """The (op, shape bucket) samples of one step, after two warm-up steps (allocator, autotuning)."""
+    for _ in range(2):
+        step()
+    _synchronize()
+    recorder = _Recorder(tunable)
+    with recorder:
+        step()
+    _synchronize()
+    return list(recorder.samples.values())
+
+
+def _pending(router: Router, samples: list[Sample], paths: Optional[list[str]]) -> list[tuple[Sample, list[str]]]:
+    """Each sample with the paths that may serve it (native always), where there is a choice."""
+    pending = []
+    for sample in samples:
+        allowed = [
+            p
+            for p in router.plan(sample.op).candidates
+            if p != "cpu"
+            and (paths is None or p in paths or p == "native")
+            and p in router.kernel_sets
+            and router.kernel_sets[p].implements(sample.op)
+            and router.gate.allows(sample.op, sample.key, p)
+        ]
+        if len(allowed) > 1:
+            pending.append((sample, allowed))
+    return pending
+
+
+def _measure_all(
+    router: Router, pending: list[tuple[Sample, list[str]]], isolate: bool, progress: Callable[[str], None]
+) -> list[Measurement]:
+    if isolate and pending:
+        from torch_fl.routing.tuner_worker import measure_isolated
+
+        return measure_isolated(pending, router.descriptor.name, progress)
+    measurements = []
+    for i, (sample, allowed) in enumerate(pending):
+        measurements.append(measure(sample, allowed))
+        progress(f"measured {i + 1}/{len(pending)} {sample.op} <= {sample.bound}")
+    return measurements
+
+
+def _tuned_routes(router: Router, chosen: dict[str, list[Bucket]], workload: str) -> dict[str, OpRoute]:
+    """The table entries that install `chosen` (an op without an entry gets one, with its reason)."""
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    routes = {}
+    for op, buckets in chosen.items():
+        route = router.table.ops.get(op) or OpRoute(
+            candidates=router.plan(op).candidates, provenance=Provenance(source="tune", note="tuned shape buckets")
+        )
+        for b in buckets:
+            b.provenance = Provenance(source="tune", workload=workload, at=now, record=router.gate.state)
+        routes[op] = route.model_copy(update={"buckets": buckets})
+    return routes
+
+
+def _use(router: Router, routes: Mapping[str, Optional[OpRoute]]) -> None:
+    for op, route in routes.items():
+        if route is None:
+            router.table.ops.pop(op, None)
+        else:
+            router.table.ops[op] = route
+        router.refresh(op)
+
+
+def _step_times(
+    router: Router,
+    step: Callable[[], Any],
+    steps: int,
+    saved: Mapping[str, Optional[OpRoute]],
+    tuned: Mapping[str, OpRoute],
+    rounds: int,
+) -> tuple[float, float]:
+    """Median ms per step with the saved entries and with the tuned ones (the same when none).
+
+    The two alternate round by round, so that the machine's drifts touch both alike: a gain of a
+    fraction of a percent is then told from the noise between rounds."""
+
+    def step_ms() -> float:
+        return time_call(step, repeats=1, inner=steps) / 1e3
+
+    native_rounds, tuned_rounds = [], []
+    if tuned:
+        _use(router, tuned)
+        step()  # the tuned kernels' first calls in this process (compilation) stay out of the rounds
+    for _ in range(rounds if tuned else 1):
+        _use(router, saved)
+        native_rounds.append(step_ms())
+        if tuned:
+            _use(router, tuned)
+            tuned_rounds.append(step_ms())
+    native_ms = statistics.median(native_rounds)
+    return native_ms, statistics.median(tuned_rounds) if tuned else native_ms
