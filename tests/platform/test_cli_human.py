@@ -264,6 +264,25 @@ def test_a_second_process_says_it_waits_for_the_build(tmp_path, monkeypatch, cap
     assert "torch_fl: building" not in message
 
 
+def test_a_build_killed_midway_does_not_block_the_next_one(tmp_path, monkeypatch):
+    # torch's own build leaves a `lock` file behind when killed; waiting on it would hang forever.
+    from torch.utils import cpp_extension
+
+    from torch_fl.runtime import build
+
+    monkeypatch.setenv("FLAGOS_BUILD_DIR", str(tmp_path))
+    directory = build.build_dir()
+    directory.mkdir(parents=True)
+    (directory / "lock").touch()
+
+    def load(**kwargs):
+        assert not (Path(kwargs["build_directory"]) / "lock").exists()
+        return "built"
+
+    monkeypatch.setattr(cpp_extension, "load", load)
+    assert build.load_core() == "built"
+
+
 # ---- every other command's human output
 
 

@@ -126,6 +126,9 @@ def load_core() -> ModuleType:
         )
         from torch.utils import cpp_extension
 
+        # torch's build waits, without end, while its own `lock` file exists; a build killed
+        # midway leaves one behind. Holding our lock, no other build of this directory is running.
+        (directory / "lock").unlink(missing_ok=True)
         return cpp_extension.load(
             name=MODULE_NAME,
             sources=[str(p) for p in sources()],
