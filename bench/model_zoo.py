@@ -55,6 +55,7 @@ from side_processes import (  # noqa: E402
     profile,
     reply,
     serve,
+    shared_cpus,
     side_env,
 )
 
@@ -179,8 +180,12 @@ class ZooSide:
         }
 
     def round(self, runs: int) -> dict:
-        """ms per run over `runs` back-to-back runs, one synchronisation at the end."""
+        """ms per run over `runs` back-to-back runs, one synchronisation at the end. On a device one
+        untimed run goes first: while the other sides had their turn, this side's GPU clocks, caches
+        and allocator went cold, and the first run after a pause is slower by a varying amount."""
         assert self.run is not None
+        if self.backing != "cpu":
+            self.run()
         self.sync()
         start = time.perf_counter()
         outputs = [self.run() for _ in range(runs)]
@@ -284,7 +289,8 @@ class Run:
         command += ["--host"] if self.args.host else []
         platform = "host_ref" if self.args.host else None
         env = side_env(side, variant or "tuned", self.scratch / "routes.yaml", platform)
-        return Side(command, env, self.scratch / f"{label.replace(' ', '-')}.log", wait=False)
+        log = self.scratch / f"{label.replace(' ', '-')}.log"
+        return Side(command, env, log, wait=False, cpus=None if self.args.host else shared_cpus())
 
     def case(self, model: str, mode: str, decode_batch: int) -> dict:
         """One case on every side: build everywhere, interleave the timed rounds, collect."""
@@ -312,8 +318,9 @@ class Run:
             if label not in built
         }
         runs = 1 if mode == "decode" else a.steps
-        for _ in range(a.rounds):
-            for label in list(built):
+        for r in range(a.rounds):
+            order, turn = list(built), r % max(len(built), 1)
+            for label in order[turn:] + order[:turn]:  # each side leads in turn
                 answer = self.handles[label].ask("round", runs=runs)
                 if answer is None or "error" in answer:
                     errors[label] = (answer or {}).get("error") or self.handles[label].failed

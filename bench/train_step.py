@@ -61,6 +61,7 @@ from side_processes import (  # noqa: E402
     profile,
     reply,
     serve,
+    shared_cpus,
     side_env,
 )
 
@@ -196,7 +197,8 @@ def start_side(side: str, variant: str, args: argparse.Namespace, device: str, s
     ]
     command += ["--config", args.config] if args.config else []
     command += ["--profile", "-"] if args.profile else []
-    return Side(command, side_env(side, variant, scratch / "routes.yaml"), scratch / f"{side}-{variant}.log")
+    env = side_env(side, variant, scratch / "routes.yaml")
+    return Side(command, env, scratch / f"{side}-{variant}.log", cpus=None if device == "cpu" else shared_cpus())
 
 
 def report(
