@@ -34,7 +34,7 @@ def test_dispatch_overhead_bench(run_python, tmp_path):
     result = run_python(script("bench/dispatch_overhead.py", "--quick", "--json", str(out)), env=PLATFORM)
     assert "native us" in result.stdout
     numbers = json.loads(out.read_text())["us_per_op"]
-    assert set(numbers) == {"add", "mm", "x[0]", "x.t()"}
+    assert set(numbers) == {"add", "mm", "x[0]", "x.t()", "cast", "sdpa q1", "foreach"}
     assert set(numbers["add"]) == {"plain", "native", "python"}
     assert all(v > 0 for ways in numbers.values() for v in ways.values())
 
