@@ -37,22 +37,19 @@ def _reference(world: int, device: str) -> tuple[list[float], list[torch.Tensor]
     """Undistributed training on the global batch: what every rank must reproduce."""
     torch.manual_seed(0)
     model = _model().to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     xs, ys = zip(*(_batch(r) for r in range(world)))
-    x, y = torch.cat(xs).to(device), torch.cat(ys).to(device)
-    losses = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = _steps(model, torch.cat(xs).to(device), torch.cat(ys).to(device), world=1)
     return losses, [p.detach().cpu() for p in model.parameters()]
 
 
 def _train(model: nn.Module, rank: int, world: int, device: str) -> list[float]:
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = (t.to(device) for t in _batch(rank))
+    return _steps(model, x, y, world)
+
+
+def _steps(model: nn.Module, x: torch.Tensor, y: torch.Tensor, world: int) -> list[float]:
+    """STEPS of SGD; each step's loss averaged over the `world` ranks (1: no process group)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
     for _ in range(STEPS):
         opt.zero_grad()
@@ -60,7 +57,8 @@ def _train(model: nn.Module, rank: int, world: int, device: str) -> list[float]:
         loss.backward()
         opt.step()
         total = loss.detach().clone()
-        dist.all_reduce(total)
+        if world > 1:
+            dist.all_reduce(total)
         losses.append(total.item() / world)
     return losses
 

@@ -157,6 +157,54 @@ def _detached(tree: Any) -> Any:
     return tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, tree)
 
 
+def _run_backward(
+    sample: Any,
+    result: Any,
+    inputs: list[torch.Tensor],
+    variant: Variant,
+    cotangents: list[torch.Tensor] | None,
+    seed: int,
+    quiet: Callable[[], Any],
+) -> tuple[Part, list[torch.Tensor] | None]:
+    """The gradients of the sample's differentiable outputs with respect to its inputs, and the
+    cotangents that drove them (made here from `seed` when None)."""
+    part = Part()
+    try:
+        processed = sample.output_process_fn_grad(result) if sample.output_process_fn_grad else result
+        outs = _differentiable(processed)
+        if cotangents is None:
+            with quiet():
+                cotangents = make_cotangents([t.detach() for t in outs], seed)
+        wrt = [t for t in inputs if t.requires_grad]
+        if len(outs) != len(cotangents):
+            raise RuntimeError(f"{len(outs)} differentiable outputs, the CPU baseline has {len(cotangents)}")
+        if outs and wrt:
+            with quiet():
+                seeds = [variant.tensor(g, variant.device) for g in cotangents]
+            part.values = list(torch.autograd.grad(outs, wrt, seeds, allow_unused=True))
+        else:
+            part.values = []
+    except Exception as exc:
+        part.error = _error(exc)
+    return part, cotangents
+
+
+def _run_repeat(opinfo: Any, make: Callable[[], tuple[Any, tuple[Any, ...], dict[str, Any]]], seed: int) -> Part:
+    """The forward twice more with the same seed: a kernel drawing from its own entropy rarely
+    repeats itself three times, even on the few elements a sample has."""
+    part = Part()
+    try:
+        draws = []
+        for _ in range(REPEATS):
+            i2, a2, k2 = make()
+            with _seeded(seed), torch.no_grad():
+                draws.append(_leaves(opinfo(i2, *a2, **k2)))
+        part.values = [v for draw in draws for v in draw]
+    except Exception as exc:
+        part.error = _error(exc)
+    return part
+
+
 def run_sample(
     opinfo: Any,
     sample: Any,
@@ -198,42 +246,10 @@ def run_sample(
 
     if backward and "backward" in wanted:
         on_part("backward")
-        run.backward = Part()
-        try:
-            processed = sample.output_process_fn_grad(result) if sample.output_process_fn_grad else result
-            outs = _differentiable(processed)
-            if cotangents is None:
-                with quiet():
-                    cotangents = make_cotangents([t.detach() for t in outs], seed)
-            run.cotangents = cotangents
-            wrt = [t for t in inputs if t.requires_grad]
-            if len(outs) != len(cotangents):
-                raise RuntimeError(f"{len(outs)} differentiable outputs, the CPU baseline has {len(cotangents)}")
-            if outs and wrt:
-                with quiet():
-                    seeds = [variant.tensor(g, variant.device) for g in cotangents]
-                grads = torch.autograd.grad(outs, wrt, seeds, allow_unused=True)
-                run.backward.values = list(grads)
-            else:
-                run.backward.values = []
-        except Exception as exc:
-            run.backward.error = _error(exc)
-
+        run.backward, run.cotangents = _run_backward(sample, result, inputs, variant, cotangents, seed, quiet)
     if repeat:
         on_part("forward")
-        # Twice more with the same seed: a kernel drawing from its own entropy rarely repeats
-        # itself three times, even on the few elements a sample has.
-        run.repeat = Part()
-        try:
-            draws = []
-            for _ in range(REPEATS):
-                i2, a2, k2 = make()
-                with _seeded(seed), torch.no_grad():
-                    draws.append(_leaves(opinfo(i2, *a2, **k2)))
-            run.repeat.values = [v for draw in draws for v in draw]
-        except Exception as exc:
-            run.repeat.error = _error(exc)
-
+        run.repeat = _run_repeat(opinfo, make, seed)
     if opinfo.inplace_variant is not None and isinstance(inp, torch.Tensor) and "inplace" in wanted:
         on_part("inplace")
         run.inplace = _run_inplace(opinfo, variant, make, seed)

@@ -114,6 +114,31 @@ def _record_file(config: pytest.Config, descriptor: Any, torch_line: str) -> Pat
     return record_path(descriptor.directory, torch_line)
 
 
+def _run_header(config: pytest.Config, backing: str, made_here: dict[str, Any], workers: int) -> dict[str, Any]:
+    """The journal's first line: what the run checks (platform, binding), on which machine, and the
+    selection it was asked for."""
+    return {
+        **made_here,
+        "started": recordfile.now(),
+        "machine": {
+            "hostname": socket.gethostname(),
+            "cpu_count": os.cpu_count(),
+            "python": host_platform.python_version(),
+            "os": host_platform.platform(),
+            "backing": backing,
+            "workers": workers,
+        },
+        "selection": {
+            "suites": [s for s in str(config.getoption("fl_suites") or "").split(",") if s],
+            "paths": _paths(config),
+            "k": config.getoption("keyword") or "",
+            "samples": config.getoption("fl_samples"),
+            "sweep": config.getoption("fl_sweep"),
+            "case_timeout_s": config.getoption("fl_case_timeout"),
+        },
+    }
+
+
 class Controller:
     """Owns the journal, the record, crash handling and progress."""
 
@@ -136,26 +161,7 @@ class Controller:
             _end_with(self.parent)
         workers = config.getoption("numprocesses", None) if distributed else 0
         self.workers = int(workers) if isinstance(workers, int) or str(workers).isdigit() else (os.cpu_count() or 1)
-        header = {
-            **made_here,
-            "started": recordfile.now(),
-            "machine": {
-                "hostname": socket.gethostname(),
-                "cpu_count": os.cpu_count(),
-                "python": host_platform.python_version(),
-                "os": host_platform.platform(),
-                "backing": descriptor.backing.device,
-                "workers": self.workers,
-            },
-            "selection": {
-                "suites": [s for s in str(config.getoption("fl_suites") or "").split(",") if s],
-                "paths": _paths(config),
-                "k": config.getoption("keyword") or "",
-                "samples": config.getoption("fl_samples"),
-                "sweep": config.getoption("fl_sweep"),
-                "case_timeout_s": config.getoption("fl_case_timeout"),
-            },
-        }
+        header = _run_header(config, descriptor.backing.device, made_here, self.workers)
         # --add: the existing record's cases are the base (checked addable by the runner); this
         # run's cases replace those of the same id, and the record is written only once complete.
         self.adding = bool(config.getoption("fl_add"))
@@ -163,24 +169,7 @@ class Controller:
         if base is not None:
             # the run whose cases this one extends, with its machine: one record, several boards' runs
             header["machine"]["added_to"] = {k: base.get(k) for k in ("started", "finished", "machine")}
-        previous = journal.header(self.journal_file) if config.getoption("fl_resume") else None
-        if config.getoption("fl_resume") and previous is None:
-            raise pytest.UsageError(
-                f"cannot resume: there is no journal {self.journal_file} with a run header; run without --resume"
-            )
-        if previous is not None:
-            for key in ("platform", "binding"):
-                if previous.get(key) != header[key]:
-                    raise pytest.UsageError(
-                        f"cannot resume {self.journal_file}: its {key} is {previous.get(key)!r}, now {header[key]!r}; run without --resume"
-                    )
-            journal.append(self.journal_file, {"kind": "session", "resumed": recordfile.now(), "workers": self.workers})
-        else:
-            journal.start(self.journal_file, header)
-            for stale in (self.run_dir / "inflight").glob("*"):
-                stale.unlink(missing_ok=True)
-            self.interim_file.unlink(missing_ok=True)
-            evidence_path(self.interim_file).unlink(missing_ok=True)
+        self._open_journal(header, resume=bool(config.getoption("fl_resume")))
         (self.run_dir / "inflight").mkdir(parents=True, exist_ok=True)
         self.reader = journal.Reader(self.journal_file)
         self.collector = recordfile.Collector()
@@ -196,6 +185,28 @@ class Controller:
         self.reruns: Counter[str] = Counter()
         self.last_merge = 0.0
         self.progress = Progress(name, quiet=config.getoption("fl_quiet"))
+
+    def _open_journal(self, header: dict[str, Any], resume: bool) -> None:
+        """Continue the journal of an interrupted run of the same platform and binding (`resume`),
+        or start a fresh one, clearing what an earlier run left in the run folder."""
+        previous = journal.header(self.journal_file) if resume else None
+        if resume and previous is None:
+            raise pytest.UsageError(
+                f"cannot resume: there is no journal {self.journal_file} with a run header; run without --resume"
+            )
+        if previous is not None:
+            for key in ("platform", "binding"):
+                if previous.get(key) != header[key]:
+                    raise pytest.UsageError(
+                        f"cannot resume {self.journal_file}: its {key} is {previous.get(key)!r}, now {header[key]!r}; run without --resume"
+                    )
+            journal.append(self.journal_file, {"kind": "session", "resumed": recordfile.now(), "workers": self.workers})
+            return
+        journal.start(self.journal_file, header)
+        for stale in (self.run_dir / "inflight").glob("*"):
+            stale.unlink(missing_ok=True)
+        self.interim_file.unlink(missing_ok=True)
+        evidence_path(self.interim_file).unlink(missing_ok=True)
 
     def _items_with_own_case(self) -> set[str]:
         """Items whose own case is journaled (they failed or died outside finer cases): not re-run."""

@@ -8,8 +8,8 @@ record or routes.yaml say, and forcing one op onto one path changes only that op
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,17 +110,10 @@ class Session:
     def done(self, case_id: str) -> bool:
         return self.recorder.is_done(case_id)
 
-    def case(
-        self,
-        case_id: str,
-        suite: str,
-        op: str | None = None,
-        dtype: str | None = None,
-        path: str | None = None,
-        timeout: float | None = None,
-    ):
-        """A context manager recording one case (see Recorder.case)."""
-        return self.recorder.case(case_id, suite, op, dtype, path, timeout)
+    @property
+    def case(self) -> Callable[..., AbstractContextManager[CaseInfo]]:
+        """A context manager recording one case: the recorder's (see Recorder.case)."""
+        return self.recorder.case
 
     def own_cases(self) -> None:
         """This item journals its cases itself: it has no case of its own unless it breaks."""

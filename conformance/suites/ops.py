@@ -207,126 +207,160 @@ def _unrecorded(case_id: str) -> Iterator[CaseInfo]:
 
 
 def test_op(opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
-    name, dname = full_name(opinfo), _dtype_name(dtype)
-    base_id = f"{SUITE}/{name}/{dname}"
-    plain_id = f"{base_id}/native"
-    if fl.done(plain_id) and fl.recorder.done_cases[plain_id] in ("crashed", "timeout"):
+    check = _OpCheck(opinfo, dtype, fl)
+    if fl.done(check.plain_id) and fl.recorder.done_cases[check.plain_id] in ("crashed", "timeout"):
         return  # the plain run kills the worker: nothing further can run for this item
-    seed = _seed(name, dtype)
-    backward = bool(opinfo.supports_autograd) and dtype in opinfo.supported_backward_dtypes("cpu")
     fl.own_cases()
-    samples, home = _samples(opinfo, dtype, backward, seed, fl.samples)
-    if not samples:
+    if not check.samples:
         pytest.skip("the OpInfo has no sample for this dtype")
-    cpu = Variant("cpu", "cpu", home=home)
-    reference = Variant("reference", "cpu", upcast=True, home=home)
-    flagos = Variant("flagos", "flagos", home=home)
-    values_judged = name not in UNINITIALIZED
-    state: dict[str, Any] = {}
+    watch = check.plain_case()
+    if watch is not None:
+        check.forced_cases(watch)
 
-    def run_all(watch: Watch, cotangents: list[Any], parts: frozenset[str] | None = None) -> list[Run]:
+
+class _OpCheck:
+    """One OpInfo in one dtype: its samples, the CPU reference and baseline runs, and the flagos runs
+    judged against them (the plain case, then each reached overload forced onto each other path)."""
+
+    def __init__(self, opinfo: Any, dtype: torch.dtype, fl: Any) -> None:
+        self.opinfo, self.dtype, self.fl = opinfo, dtype, fl
+        self.name, self.dname = full_name(opinfo), _dtype_name(dtype)
+        self.base_id = f"{SUITE}/{self.name}/{self.dname}"
+        self.plain_id = f"{self.base_id}/native"
+        self.seed = _seed(self.name, dtype)
+        self.backward = bool(opinfo.supports_autograd) and dtype in opinfo.supported_backward_dtypes("cpu")
+        self.samples, home = _samples(opinfo, dtype, self.backward, self.seed, fl.samples)
+        self.cpu = Variant("cpu", "cpu", home=home)
+        self.reference = Variant("reference", "cpu", upcast=True, home=home)
+        self.flagos = Variant("flagos", "flagos", home=home)
+        self.values_judged = self.name not in UNINITIALIZED
+        self.random = False
+        # set by the plain case: the CPU runs every flagos run is judged against
+        self.baselines: list[Run] = []
+        self.references: list[Run] = []
+        self.health: list[dict[str, Any]] = []
+        self.plain: list[Run] = []
+        self.plain_problems: list[str] = []
+
+    def run_all(self, watch: Watch, cotangents: list[Any], parts: frozenset[str] | None = None) -> list[Run]:
+        """Every sample on flagos under `watch` (only `parts` of each, if given)."""
+
         def on_part(sample: int) -> Any:
             def tell(part: str) -> None:
                 watch.set_part(part)
-                fl.recorder.phase((sample, part))  # the gate keys reached next belong to this sample's part
+                self.fl.recorder.phase((sample, part))  # the gate keys reached next belong to this sample's part
 
             return tell
 
         with watch:
             runs = [
                 run_sample(
-                    opinfo,
+                    self.opinfo,
                     s,
-                    flagos,
-                    dtype,
-                    seed + i,
+                    self.flagos,
+                    self.dtype,
+                    self.seed + i,
                     cotangents[i],
-                    backward,
-                    repeat=state["random"],
+                    self.backward,
+                    repeat=self.random,
                     quiet=watch.paused,
                     parts=parts,
                     on_part=on_part(i),
                 )
-                for i, s in enumerate(samples)
+                for i, s in enumerate(self.samples)
             ]
-        fl.synchronize()
+        self.fl.synchronize()
         return runs
 
-    def judge(runs: list[Run], shape_sources: list[Run], values_from: list[Run] | None) -> list[Verdict]:
+    def judge(self, runs: list[Run], shape_sources: list[Run], values_from: list[Run] | None) -> list[Verdict]:
         verdicts = []
         for i, run in enumerate(runs):
             v = evaluate(
                 run,
-                state["references"][i],
-                state["baselines"][i],
+                self.references[i],
+                self.baselines[i],
                 shape_sources[i],
-                state["health"][i],
-                dtype,
-                state["random"],
+                self.health[i],
+                self.dtype,
+                self.random,
                 values_from[i] if values_from else None,
             )
-            if not values_judged:  # uninitialised memory: dtype, shape, strides and aliasing are the check
+            if not self.values_judged:  # uninitialised memory: dtype, shape, strides and aliasing are the check
                 v.compared |= v.claimed
                 v.problems = [p for p in v.problems if "elements differ" not in p]
                 v.by_part = {part: [p for p in ps if "elements differ" not in p] for part, ps in v.by_part.items()}
             verdicts.append(v)
         return verdicts
 
-    # 1-2. the plain (native) run first: its dispatch mode finds the reached overloads, and whether
-    # the op is random (then values are judged by reproducibility, not against float64)
-    watch = Watch(focus=None)
-    recorded = fl.selected("native") and not fl.done(plain_id)
-    with (
-        fl.case(plain_id, SUITE, op=f"opinfo:{name}", dtype=dname, path="native") if recorded else _unrecorded(plain_id)
-    ) as case:
-        state["random"] = _looks_random(opinfo)
-        plain = run_all(watch, [None] * len(samples))
-        state["random"] = state["random"] or watch.random
+    def cpu_runs(self, plain: list[Run]) -> None:
+        """The baseline (CPU, the dtype) and reference (CPU, float64) runs, and whether each part of
+        the baseline meets the reference."""
+        opinfo, dtype, seed, backward = self.opinfo, self.dtype, self.seed, self.backward
         # Some CPU kernels take other branches under a Python dispatch mode (matrix_rank's out= is
         # left unwritten, complex lstsq and pinv give other values): the CPU runs go under the same
         # kind of mode as the flagos runs, so both sides take the same branches.
         with Watch(focus=frozenset()):
-            baselines = [
-                run_sample(opinfo, s, cpu, dtype, seed + i, p.cotangents, backward)
-                for i, (s, p) in enumerate(zip(samples, plain))
+            self.baselines = [
+                run_sample(opinfo, s, self.cpu, dtype, seed + i, p.cotangents, backward)
+                for i, (s, p) in enumerate(zip(self.samples, plain))
             ]
-            if state["random"] or not values_judged:
-                references = baselines
-                health = [{p: None for p in ("forward", "backward", "inplace", "out")} for _ in samples]
+            if self.random or not self.values_judged:
+                self.references = self.baselines
+                self.health = [{p: None for p in ("forward", "backward", "inplace", "out")} for _ in self.samples]
             else:
-                references = [
-                    run_sample(opinfo, s, reference, dtype, seed + i, b.cotangents, backward)
-                    for i, (s, b) in enumerate(zip(samples, baselines))
+                self.references = [
+                    run_sample(opinfo, s, self.reference, dtype, seed + i, b.cotangents, backward)
+                    for i, (s, b) in enumerate(zip(self.samples, self.baselines))
                 ]
-                health = [baseline_health(r, b, dtype) for r, b in zip(references, baselines)]
-        state.update(baselines=baselines, references=references, health=health)
-        exact_rng = state["random"] and fl.backing == "cpu"  # the host's flagos generator is the CPU's
-        case.op = main_overload(opinfo, watch.seen)
-        verdicts = judge(plain, baselines, baselines if exact_rng else None)
-        _conclude(case, verdicts, watch.problems)
-        plain_problems = watch.problems + [f"sample {i}: {p}" for i, v in enumerate(verdicts) for p in v.problems]
-    if "health" not in state:
-        return  # the plain case failed before its references existed (its message says why)
-    shape_sources = [p if p.forward.error is None else b for p, b in zip(plain, baselines)]
-    cotangents = [b.cotangents for b in baselines]
+                self.health = [baseline_health(r, b, dtype) for r, b in zip(self.references, self.baselines)]
 
-    # 3. each reached overload forced onto each of its other candidate paths
-    for op, overload in watch.seen.items():
-        for path in fl.candidates(op):
-            if path == "native" or not fl.implements(op, path) or not_forced(op, overload, path):
-                continue
-            case_id = f"{base_id}/{path}/{op}"
-            if fl.done(case_id):
-                continue
-            # one case per gate key the forced run reaches: `<case_id>/<key>`
-            with fl.case(case_id, SUITE, op=op, dtype=dname, path=path) as case:
-                focused = Watch(focus={op})
-                # Only the parts that reached the op (the forward always runs): the others are the plain run's.
-                with fl.forced(op, path):
-                    runs = run_all(focused, cotangents, frozenset(watch.parts.get(op, ())))
-                if op not in focused.seen:
-                    case.notes.append("not reached when forced")
-                _conclude_by_key(case, judge(runs, shape_sources, None), focused.problems, plain_problems)
+    def plain_case(self) -> Watch | None:
+        """Steps 1-2: the plain (native) run first. Its dispatch mode finds the reached overloads,
+        and whether the op is random (then values are judged by reproducibility, not against
+        float64). Returns the watch, or None when the case failed before its references existed."""
+        fl = self.fl
+        watch = Watch(focus=None)
+        recorded = fl.selected("native") and not fl.done(self.plain_id)
+        case_context = (
+            fl.case(self.plain_id, SUITE, op=f"opinfo:{self.name}", dtype=self.dname, path="native")
+            if recorded
+            else _unrecorded(self.plain_id)
+        )
+        with case_context as case:
+            self.random = _looks_random(self.opinfo)
+            self.plain = self.run_all(watch, [None] * len(self.samples))
+            self.random = self.random or watch.random
+            self.cpu_runs(self.plain)
+            exact_rng = self.random and fl.backing == "cpu"  # the host's flagos generator is the CPU's
+            case.op = main_overload(self.opinfo, watch.seen)
+            verdicts = self.judge(self.plain, self.baselines, self.baselines if exact_rng else None)
+            _conclude(case, verdicts, watch.problems)
+            self.plain_problems = watch.problems + [
+                f"sample {i}: {p}" for i, v in enumerate(verdicts) for p in v.problems
+            ]
+        return watch if self.health else None
+
+    def forced_cases(self, watch: Watch) -> None:
+        """Step 3: each reached overload forced onto each of its other candidate paths, one case
+        per gate key the forced run reaches (`<case_id>/<key>`)."""
+        fl = self.fl
+        shape_sources = [p if p.forward.error is None else b for p, b in zip(self.plain, self.baselines)]
+        cotangents = [b.cotangents for b in self.baselines]
+        for op, overload in watch.seen.items():
+            for path in fl.candidates(op):
+                if path == "native" or not fl.implements(op, path) or not_forced(op, overload, path):
+                    continue
+                case_id = f"{self.base_id}/{path}/{op}"
+                if fl.done(case_id):
+                    continue
+                with fl.case(case_id, SUITE, op=op, dtype=self.dname, path=path) as case:
+                    focused = Watch(focus={op})
+                    # Only the parts that reached the op (the forward always runs): the others are the plain run's.
+                    with fl.forced(op, path):
+                        runs = self.run_all(focused, cotangents, frozenset(watch.parts.get(op, ())))
+                    if op not in focused.seen:
+                        case.notes.append("not reached when forced")
+                    _conclude_by_key(case, self.judge(runs, shape_sources, None), focused.problems, self.plain_problems)
 
 
 # ---- FP8 by emulation: OpInfo has no FP8 samples, so the emulated path's two ops get their own.

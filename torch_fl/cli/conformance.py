@@ -19,7 +19,7 @@ from rich.table import Table
 
 from torch_fl.cli import app
 from torch_fl.cli.output import JsonOption, console, emit, err_console, fail
-from torch_fl.conformance.runner import SUITES
+from torch_fl.conformance.runner import SUITES, RunOutcome
 from torch_fl.platform.record import FAILING
 
 conformance_app = typer.Typer(help="Run the conformance suite that gates a platform's routes.", no_args_is_help=True)
@@ -100,7 +100,16 @@ def run_cmd(
         outcome = run(options)
     except (ValueError, PlatformError, LockHeld) as exc:
         raise fail(str(exc), as_json) from None
-    record = outcome.record
+    data = _run_data(name, outcome)
+    emit(data, as_json, lambda: _print_run(name, outcome))
+    if not outcome.complete:
+        raise typer.Exit(1)
+    if fail_on_failure and any(n for path, n in data.get("failures_by_path", {}).items() if path != "native"):
+        raise typer.Exit(2)
+
+
+def _run_data(name: str, outcome: RunOutcome) -> dict[str, Any]:
+    """What `--json` prints for a run: where its files are and, if it wrote a record, its summary."""
     data: dict[str, Any] = {
         "ok": outcome.complete,
         "platform": name,
@@ -112,8 +121,8 @@ def run_cmd(
         "log": str(outcome.log_file) if outcome.log_file.is_file() else None,
         "wall_s": round(outcome.wall_s, 1),
     }
-    if record is not None:
-        s = record["summary"]
+    if outcome.record is not None:
+        s = outcome.record["summary"]
         data.update(
             cases=s["total"],
             by_status=s["by_status"],
@@ -125,51 +134,49 @@ def run_cmd(
             cases_per_s=s.get("cases_per_s"),
             not_swept=s.get("not_swept", []),
         )
+    return data
 
-    def human() -> None:
-        if record is None:
-            err_console.print(f"[bold red]no record was written[/]; see {outcome.log_file}")
-            return
-        s = record["summary"]
-        table = Table(title=f"conformance {name} (torch {record['binding']['torch_version']})")
-        for column in ("", "passed", "failed", "other", "skipped", "pass rate"):
-            table.add_column(column)
-        for group, rows in (("suite", s["by_suite"]), ("path", s["by_path"])):
-            for key, row in rows.items():
-                other = sum(row.get(x, 0) for x in ("error", "crashed", "timeout"))
-                table.add_row(
-                    f"{group} {key}",
-                    str(row.get("passed", 0)),
-                    str(row.get("failed", 0)),
-                    str(other),
-                    str(row.get("skipped", 0)),
-                    _pct(row["pass_rate"]),
-                )
-        console.print(table)
-        crit = s["ops_criterion"]
-        if crit["judged"]:
-            console.print(
-                f"ops criterion: {_pct(crit['rate'])} of {crit['judged']} baseline-passing cases pass (target {_pct(crit['target'])})"
-            )
-        note = ""
-        if not outcome.complete:
-            note = " [yellow](incomplete: --resume continues it)[/]"
-        elif outcome.partial:
-            note = " [yellow](partial: a subset run leaves the complete record beside it as it is)[/]"
-        console.print(f"record: {escape(str(outcome.record_file))}{note}")
-        if outcome.summary_file.is_file():
-            console.print(f"summary: {escape(str(outcome.summary_file))}")
-        console.print(f"wall time: {outcome.wall_s:.0f} s ({s.get('cases_per_s') or '-'} cases/s)")
-        if not outcome.complete:
-            err_console.print(
-                f"[bold red]the run did not complete[/] (pytest exit {outcome.returncode}); log: {outcome.log_file}"
-            )
 
-    emit(data, as_json, human)
+def _print_run(name: str, outcome: RunOutcome) -> None:
+    """The run for a person: a table by suite and path, the ops criterion, where the files are."""
+    record = outcome.record
+    if record is None:
+        err_console.print(f"[bold red]no record was written[/]; see {outcome.log_file}")
+        return
+    s = record["summary"]
+    table = Table(title=f"conformance {name} (torch {record['binding']['torch_version']})")
+    for column in ("", "passed", "failed", "other", "skipped", "pass rate"):
+        table.add_column(column)
+    for group, rows in (("suite", s["by_suite"]), ("path", s["by_path"])):
+        for key, row in rows.items():
+            other = sum(row.get(x, 0) for x in ("error", "crashed", "timeout"))
+            table.add_row(
+                f"{group} {key}",
+                str(row.get("passed", 0)),
+                str(row.get("failed", 0)),
+                str(other),
+                str(row.get("skipped", 0)),
+                _pct(row["pass_rate"]),
+            )
+    console.print(table)
+    crit = s["ops_criterion"]
+    if crit["judged"]:
+        console.print(
+            f"ops criterion: {_pct(crit['rate'])} of {crit['judged']} baseline-passing cases pass (target {_pct(crit['target'])})"
+        )
+    note = ""
     if not outcome.complete:
-        raise typer.Exit(1)
-    if fail_on_failure and any(n for path, n in data.get("failures_by_path", {}).items() if path != "native"):
-        raise typer.Exit(2)
+        note = " [yellow](incomplete: --resume continues it)[/]"
+    elif outcome.partial:
+        note = " [yellow](partial: a subset run leaves the complete record beside it as it is)[/]"
+    console.print(f"record: {escape(str(outcome.record_file))}{note}")
+    if outcome.summary_file.is_file():
+        console.print(f"summary: {escape(str(outcome.summary_file))}")
+    console.print(f"wall time: {outcome.wall_s:.0f} s ({s.get('cases_per_s') or '-'} cases/s)")
+    if not outcome.complete:
+        err_console.print(
+            f"[bold red]the run did not complete[/] (pytest exit {outcome.returncode}); log: {outcome.log_file}"
+        )
 
 
 def failures_by_path(by_path: dict[str, dict[str, Any]]) -> dict[str, int]:

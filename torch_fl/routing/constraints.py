@@ -9,8 +9,9 @@ import torch
 
 from torch_fl.kernels.base import resolve
 
-# Overloads the C++ core itself serves on PrivateUse1 (runtime/csrc/structural.cpp): allocation,
-# views, copies across devices. A Python route there would replace the device's own structure.
+# Overloads the C++ core itself serves on PrivateUse1: allocation, views and copies across devices
+# (runtime/csrc/structural.cpp), and convolution's device entry points (compute.cpp). A Python route
+# there would replace the device's own structure.
 CORE_STRUCTURAL = frozenset(
     "aten::" + name
     for name in """empty.memory_format empty_strided _efficientzerotensor as_strided view _reshape_alias unfold
