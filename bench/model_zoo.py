@@ -133,17 +133,8 @@ class ZooSide:
         started = time.perf_counter()
         if mode == "train":
             net = copy.deepcopy(cpu).to(self.device).train()
-            optimizer = torch.optim.AdamW(net.parameters(), lr=LR, foreach=True)
             inputs = self.on_device(self.zoo.batch(model, cpu, shape), torch.float32)
-            autocast = torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.bf16)
-
-            def run() -> torch.Tensor:
-                optimizer.zero_grad(set_to_none=True)
-                with autocast:
-                    loss = arch.loss(net, inputs)
-                loss.backward()
-                optimizer.step()
-                return loss.detach().float()
+            run = self.zoo.train_step(model, net, inputs, self.device, self.bf16, lr=LR)
         else:
             dtype = torch.bfloat16 if self.bf16 else torch.float32
             net = copy.deepcopy(cpu).to(self.device, dtype).eval()

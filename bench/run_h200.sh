@@ -9,7 +9,8 @@
 #
 #   tests        runtime, compile, distributed (one GPU), FP8 against the GPU, onboarding --like nvidia_h200
 #   conformance  torch-fl conformance run nvidia_h200 ($CONFORMANCE_ARGS); a journal in .carry/ is resumed
-#   tune         torch-fl routes tune nvidia_h200 on $TUNE_WORKLOAD (large), $TUNE_ARGS (--include-gemm)
+#   tune         torch-fl routes tune nvidia_h200 on $TUNE_WORKLOAD (large), $TUNE_ARGS (--include-gemm),
+#                checked on the zoo models $TUNE_ZOO (llama,gpt2,bert,vit; empty: no zoo check)
 #   bench        bench/train_step.py: large ($BENCH_ARGS; every variant) unless SKIP_LARGE, and small
 #                (launch-bound; $SMALL_ARGS) unless SKIP_SMALL
 #   bisect       bench/flaggems_bisect.py on $BISECT_CONFIGS (default small): which FlagGems kernel
@@ -64,6 +65,7 @@ for stage in ${STAGES:-tests}; do
       # The tuner measures only candidates the record validated; with an incomplete record it is
       # told so and allowed the declared kernel sets, to be re-run once the record is complete.
       record_complete || { echo "record incomplete: FLAGOS_ALLOW_UNVALIDATED=1 for this tuning"; export FLAGOS_ALLOW_UNVALIDATED=1; }
+      zoo=${TUNE_ZOO-llama,gpt2,bert,vit}
       timeout $(( $(left) < ${TUNE_TIMEOUT:-240} ? $(left) : ${TUNE_TIMEOUT:-240} )) torch-fl routes tune nvidia_h200 \
         --workload ${TUNE_WORKLOAD:-large} ${TUNE_ARGS---include-gemm} --json
       unset FLAGOS_ALLOW_UNVALIDATED

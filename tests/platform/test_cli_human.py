@@ -338,6 +338,18 @@ def test_routes_tune_dry_run_human_output(tmp_path):
 
 
 @pytest.mark.slow
+def test_routes_tune_check_zoo_names_what_it_takes(tmp_path):
+    command = [str(Path(sys.executable).with_name("torch-fl")), "routes", "tune", "host_ref", "--dry-run"]
+    bad = subprocess.run(
+        [*command, "--check-zoo", "gpt2,nosuch", "--json"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert bad.returncode == 2
+    assert "unknown architecture(s) ['nosuch']" in bad.stdout and "'llama'" in bad.stdout
+    output = _torch_fl("routes", "tune", "host_ref", "--dry-run", "--steps", "1", "--check-zoo", "gpt2", cwd=tmp_path)
+    assert "not written" in output
+
+
+@pytest.mark.slow
 def test_conformance_run_human_output(tmp_path):
     output = _torch_fl(
         "conformance",

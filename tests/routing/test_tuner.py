@@ -159,6 +159,67 @@ def test_the_check_alternates_rounds_and_keeps_only_a_faster_table(fresh_routes,
         assert not report.chosen and route is before and "not faster" in report.note
 
 
+@pytest.mark.parametrize("other", ["faster", "slower", "fails-tuned", "fails-native"])
+def test_a_table_must_not_slow_down_the_other_steps_it_is_checked_on(fresh_routes, monkeypatch, other):
+    """A table faster on its workload is still refused when another checked step (a zoo model) is
+    slower with it or fails only with it; a step that fails native-only too is left out."""
+    from torch_fl.routing import tuner
+
+    monkeypatch.setattr(fresh_routes.table, "ops", dict(fresh_routes.table.ops))
+    monkeypatch.setitem(fresh_routes.kernel_sets, "vendor", _NegKernels(False))
+    monkeypatch.setattr(fresh_routes.gate, "allows", lambda op, dtype, path: True)
+    fresh_routes.set_route("aten::neg", ["vendor", "native"], bypass_gate=True)
+    monkeypatch.setattr(
+        tuner,
+        "measure",
+        lambda sample, paths: Measurement(
+            sample.op, sample.bound, "float32", sample.calls, us={"native": 100.0, "vendor": 10.0}
+        ),
+    )
+
+    def tuned_now() -> bool:
+        route = fresh_routes.table.ops.get("aten::neg")
+        return bool(route and route.buckets)
+
+    x = torch.randn(64).to("flagos")
+
+    def workload():
+        return torch.neg(x)
+
+    def zoo_model():
+        if other == "fails-native" or (other == "fails-tuned" and tuned_now()):
+            raise RuntimeError("boom")
+        return torch.neg(x)
+
+    def fake_time(fn, repeats=5, inner=10):
+        if fn is zoo_model:
+            return (1100.0 if other == "slower" else 900.0) if tuned_now() else 1000.0
+        return 900.0 if tuned_now() else 1000.0
+
+    monkeypatch.setattr(tuner, "time_call", fake_time)
+    seen = []
+    report = tune(
+        fresh_routes,
+        workload,
+        "neg",
+        steps=1,
+        isolate=False,
+        check_rounds=3,
+        also_check={"zoo m": zoo_model},
+        progress=seen.append,
+    )
+    assert report.kept is (other in ("faster", "fails-native"))
+    assert tuned_now() is report.kept
+    if other in ("faster", "slower"):
+        assert report.checked_ms == {"zoo m": [1.0, 0.9 if other == "faster" else 1.1]}
+    if other == "slower":
+        assert "zoo m slower with it (1.100 against 1.000 ms native-only)" in report.note
+    if other == "fails-tuned":
+        assert "zoo m fails with it (RuntimeError: boom)" in report.note
+    if other == "fails-native":
+        assert report.checked_ms == {} and any("fails native-only too" in m for m in seen)
+
+
 def test_a_call_without_tensors_gets_a_bucket_of_any_dtype():
     chosen = decide([Measurement("aten::ones", 1, "None", 5, us={"native": 20.0, "flaggems": 5.0})], min_gain=0.05)
     route = OpRoute(candidates=["native", "flaggems"], buckets=chosen["aten::ones"])

@@ -29,17 +29,9 @@ KNOWN = {"mixtral": INTEGER_HISTC}
 
 def train(model: torch.nn.Module, name: str, device: str) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Per-step losses of STEPS AdamW steps on `device`, and the trained state (on the CPU)."""
-    arch = zoo.ARCHS[name]
-    inputs = {k: v.to(device) for k, v in zoo.batch(name, model, arch.shapes["host"]).items()}
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
-    losses = []
-    for _ in range(STEPS):
-        optimizer.zero_grad(set_to_none=True)
-        loss = arch.loss(model, inputs)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    inputs = {k: v.to(device) for k, v in zoo.batch(name, model, zoo.ARCHS[name].shapes["host"]).items()}
+    step = zoo.train_step(name, model.train(), inputs, device, bf16=False, lr=1e-3)
+    losses = [step().item() for _ in range(STEPS)]
     return losses, {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 

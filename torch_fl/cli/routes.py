@@ -152,6 +152,27 @@ def stats(
     emit(data, as_json, human)
 
 
+def zoo_steps(names: str, backing: str) -> dict[str, Callable[[], Any]]:
+    """Training steps on flagos of the zoo architectures `names` (comma-separated, or 'all'): board
+    size with bf16 autocast on a GPU backing, host size in float32 on the CPU."""
+    from torch_fl.workloads import zoo
+
+    wanted = list(zoo.ARCHS) if names == "all" else [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in zoo.ARCHS]
+    if unknown:
+        raise ValueError(f"--check-zoo: unknown architecture(s) {unknown}; expected some of {list(zoo.ARCHS)} or 'all'")
+    size = "host" if backing == "cpu" else "board"
+    steps = {}
+    for name in wanted:
+        try:
+            model = zoo.build(name, size)
+        except ModuleNotFoundError as exc:
+            raise ValueError(f"--check-zoo {name}: needs {exc.name} (pip install 'torch-fl[bench]')") from None
+        inputs = {k: v.to("flagos") for k, v in zoo.batch(name, model, zoo.ARCHS[name].shapes[size]).items()}
+        steps[f"zoo {name}"] = zoo.train_step(name, model.to("flagos").train(), inputs, "flagos", bf16=backing != "cpu")
+    return steps
+
+
 @routes_app.command("tune")
 def tune(
     name: str = typer.Argument(..., help="Platform name."),
@@ -164,6 +185,12 @@ def tune(
     include_gemm: bool = typer.Option(False, help="Also tune GEMMs (FlagGems autotunes each shape on first use)."),
     min_gain: float = typer.Option(0.05, help="A path must beat native by this fraction in a bucket."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Measure and report, but do not write routes.yaml."),
+    check_zoo: str = typer.Option(
+        "",
+        "--check-zoo",
+        help="Zoo architectures (comma-separated, or 'all'; needs transformers) whose training step the "
+        "tuned table must not slow down either, e.g. llama,gpt2,bert.",
+    ),
     as_json: bool = JsonOption,
 ) -> None:
     """Measure every validated candidate per op and shape bucket on WORKLOAD; write the winners."""
@@ -176,7 +203,8 @@ def tune(
     workload = workload or ("large" if backing == "cuda" else "tiny")
     try:
         step = workload_step(workload, backing)
-    except (FileNotFoundError, AttributeError) as exc:
+        also_check = zoo_steps(check_zoo, backing) if check_zoo else {}
+    except (FileNotFoundError, AttributeError, ValueError) as exc:
         raise fail(str(exc), as_json, 2) from None
     say: Callable[[str], None] = (lambda m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]"))
     report = run_tune(
@@ -188,6 +216,7 @@ def tune(
         include_gemm=include_gemm,
         min_gain=min_gain,
         progress=say,
+        also_check=also_check,
     )
     target = Path(active.descriptor.directory) / active.descriptor.routes.file
     written = False
@@ -200,7 +229,9 @@ def tune(
         for m in report.measurements:
             console.print(f"{m.op:40s} <= {m.bound:>10d} {m.dtype:9s} x{m.calls:<4d} {m.us} {m.errors or ''}")
         console.print(
-            f"native-only {report.step_ms_native} ms/step, tuned {report.step_ms_tuned} ms/step; "
+            f"native-only {report.step_ms_native} ms/step, tuned {report.step_ms_tuned} ms/step"
+            + "".join(f"; {n}: {native} / {tuned} ms" for n, (native, tuned) in report.checked_ms.items())
+            + "; "
             f"{'written to ' + str(target) if written else 'not written'}. {report.note}"
         )
 

@@ -12,7 +12,8 @@
    Python route kernel, so its time includes that kernel's cost; the calls a bucket leaves native
    never enter Python (the core's route filter serves them), so they cost nothing.
 4. Check: time the workload native-only and tuned in alternating rounds (median of each); a tuned
-   table that is not faster is not written.
+   table that is not faster is not written. The same holds for every other step given to check
+   (the model zoo's training steps, say): a table tuned on one model must not slow down another.
 """
 
 from __future__ import annotations
@@ -127,6 +128,8 @@ class TuneReport:
     chosen: dict[str, list[dict[str, Any]]]
     step_ms_native: float = 0.0
     step_ms_tuned: float = 0.0
+    # other steps the tuned table was checked on: name -> [native-only ms, tuned ms]
+    checked_ms: dict[str, list[float]] = field(default_factory=dict)
     kept: bool = False
     note: str = ""
 
@@ -234,11 +237,13 @@ def tune(
     progress: Callable[[str], None] = lambda message: None,
     isolate: bool = True,
     check_rounds: int = 7,
+    also_check: Mapping[str, Callable[[], Any]] | None = None,
 ) -> TuneReport:
     """Record, measure, decide and check; installs the tuned buckets in `router` when they win.
 
     `isolate` measures in worker processes (torch_fl.routing.tuner_worker), so that a candidate
-    that crashes or poisons the device costs only its own sample."""
+    that crashes or poisons the device costs only its own sample. `also_check`: other steps, by
+    name, that the tuned table must not slow down either."""
 
     def tunable(op: str) -> bool:
         if op in GEMM_OPS and not include_gemm:
@@ -254,12 +259,16 @@ def tune(
     tuned = _tuned_routes(router, chosen, workload)
     native_ms, tuned_ms = _step_times(router, step, steps, saved, tuned, check_rounds)
     kept = bool(chosen) and tuned_ms <= native_ms
-    _use(router, tuned if kept else saved)
     note = ""
     if chosen and not kept:
         note = f"tuned step {tuned_ms:.3f} ms was not faster than native-only {native_ms:.3f} ms: not written"
     elif not chosen:
         note = "no candidate beat native on this workload; the table keeps native"
+    checked: dict[str, list[float]] = {}
+    if kept and also_check:
+        checked, refusal = _check_elsewhere(router, also_check, steps, saved, tuned, check_rounds, progress)
+        kept, note = not refusal, refusal or note
+    _use(router, tuned if kept else saved)
     return TuneReport(
         platform=router.descriptor.name,
         workload=workload,
@@ -268,9 +277,45 @@ def tune(
         chosen={op: [b.model_dump(exclude_none=True) for b in bs] for op, bs in chosen.items()} if kept else {},
         step_ms_native=round(native_ms, 3),
         step_ms_tuned=round(tuned_ms, 3),
+        checked_ms=checked,
         kept=kept,
         note=note,
     )
+
+
+def _check_elsewhere(
+    router: Router,
+    others: Mapping[str, Callable[[], Any]],
+    steps: int,
+    saved: Mapping[str, Optional[OpRoute]],
+    tuned: Mapping[str, OpRoute],
+    rounds: int,
+    progress: Callable[[str], None],
+) -> tuple[dict[str, list[float]], str]:
+    """Times each other step native-only and tuned: ({name: [native ms, tuned ms]}, why the table
+    is refused, or ""). A step that fails native-only too is left out (the table is not what
+    breaks it); one that fails or runs slower only with the tuned table refuses it."""
+    checked: dict[str, list[float]] = {}
+    refused, left_out = [], []
+    for name, other in others.items():
+        progress(f"checking the tuned table on {name}")
+        _use(router, saved)
+        try:
+            other()
+        except Exception as exc:
+            left_out.append(f"{name} (fails native-only too: {type(exc).__name__})")
+            continue
+        try:
+            native_ms, tuned_ms = _step_times(router, other, steps, saved, tuned, rounds)
+        except Exception as exc:
+            refused.append(f"{name} fails with it ({type(exc).__name__}: {str(exc)[:160]})")
+            continue
+        checked[name] = [round(native_ms, 3), round(tuned_ms, 3)]
+        if tuned_ms > native_ms:
+            refused.append(f"{name} slower with it ({tuned_ms:.3f} against {native_ms:.3f} ms native-only)")
+    if left_out:
+        progress("not checked: " + ", ".join(left_out))
+    return checked, ("tuned table refused: " + "; ".join(refused) + ": not written") if refused else ""
 
 
 def _record(step: Callable[[], Any], tunable: Callable[[str], bool]) -> list[Sample]:

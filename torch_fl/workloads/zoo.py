@@ -450,6 +450,26 @@ def batch(name: str, model: nn.Module, shape: Shape, seed: int = 0) -> Inputs:
     return ARCHS[name].inputs(model, shape, torch.Generator().manual_seed(seed))
 
 
+def train_step(
+    name: str, model: nn.Module, inputs: Inputs, device: str, bf16: bool, lr: float = 3e-4
+) -> Callable[[], torch.Tensor]:
+    """One AdamW training step of `model` (architecture `name`, on `device` with its `inputs`),
+    under bf16 autocast when `bf16`; each call returns the step's loss as a float32 scalar."""
+    loss_of = ARCHS[name].loss
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=True)
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=bf16)
+
+    def run() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            loss = loss_of(model, inputs)
+        loss.backward()
+        optimizer.step()
+        return loss.detach().float()
+
+    return run
+
+
 def prompt(model: nn.Module, batch_size: int, length: int, seed: int = 0) -> torch.Tensor:
     """Prompt token ids for `generate` (the encoder's input of an encoder-decoder), made on the CPU."""
     return torch.randint(0, _vocab(model), (batch_size, length), generator=torch.Generator().manual_seed(seed + 1))
