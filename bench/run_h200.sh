@@ -67,7 +67,7 @@ for stage in ${STAGES:-tests}; do
       record_complete || { echo "record incomplete: FLAGOS_ALLOW_UNVALIDATED=1 for this tuning"; export FLAGOS_ALLOW_UNVALIDATED=1; }
       zoo=${TUNE_ZOO-llama,gpt2,bert,vit}
       timeout $(( $(left) < ${TUNE_TIMEOUT:-240} ? $(left) : ${TUNE_TIMEOUT:-240} )) torch-fl routes tune nvidia_h200 \
-        --workload ${TUNE_WORKLOAD:-large} ${TUNE_ARGS---include-gemm} --json
+        --workload ${TUNE_WORKLOAD:-large} ${TUNE_ARGS---include-gemm} ${zoo:+--check-zoo $zoo} --json
       unset FLAGOS_ALLOW_UNVALIDATED
       cp platforms/nvidia_h200/routes.yaml "$OUT/" ;;
     bench)
