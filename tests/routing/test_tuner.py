@@ -121,10 +121,9 @@ def test_isolated_measurement_takes_samples_with_memory_formats(fresh_routes):
     assert not result.errors and result.us["native"] > 0
 
 
-@pytest.mark.parametrize("tuned_faster", [True, False], ids=["faster", "slower"])
-def test_the_check_alternates_rounds_and_keeps_only_a_faster_table(fresh_routes, monkeypatch, tuned_faster):
-    """The workload is timed native-only and tuned in alternating rounds; the tuned buckets stay
-    installed only when their median is faster, otherwise the table is as before."""
+@pytest.fixture
+def vendor_neg_wins(fresh_routes, monkeypatch):
+    """aten::neg routable to a right vendor kernel that measures 10x faster than native."""
     from torch_fl.routing import tuner
 
     monkeypatch.setattr(fresh_routes.table, "ops", dict(fresh_routes.table.ops))  # the tuner edits the table
@@ -138,6 +137,16 @@ def test_the_check_alternates_rounds_and_keeps_only_a_faster_table(fresh_routes,
             sample.op, sample.bound, "float32", sample.calls, us={"native": 100.0, "vendor": 10.0}
         ),
     )
+
+
+@pytest.mark.parametrize("tuned_faster", [True, False], ids=["faster", "slower"])
+def test_the_check_alternates_rounds_and_keeps_only_a_faster_table(
+    fresh_routes, monkeypatch, vendor_neg_wins, tuned_faster
+):
+    """The workload is timed native-only and tuned in alternating rounds; the tuned buckets stay
+    installed only when their median is faster, otherwise the table is as before."""
+    from torch_fl.routing import tuner
+
     tuned_installed = []
 
     def fake_time(fn, repeats=5, inner=10):
@@ -160,22 +169,10 @@ def test_the_check_alternates_rounds_and_keeps_only_a_faster_table(fresh_routes,
 
 
 @pytest.mark.parametrize("other", ["faster", "slower", "fails-tuned", "fails-native"])
-def test_a_table_must_not_slow_down_the_other_steps_it_is_checked_on(fresh_routes, monkeypatch, other):
+def test_a_table_must_not_slow_down_the_other_steps_it_is_checked_on(fresh_routes, monkeypatch, vendor_neg_wins, other):
     """A table faster on its workload is still refused when another checked step (a zoo model) is
     slower with it or fails only with it; a step that fails native-only too is left out."""
     from torch_fl.routing import tuner
-
-    monkeypatch.setattr(fresh_routes.table, "ops", dict(fresh_routes.table.ops))
-    monkeypatch.setitem(fresh_routes.kernel_sets, "vendor", _NegKernels(False))
-    monkeypatch.setattr(fresh_routes.gate, "allows", lambda op, dtype, path: True)
-    fresh_routes.set_route("aten::neg", ["vendor", "native"], bypass_gate=True)
-    monkeypatch.setattr(
-        tuner,
-        "measure",
-        lambda sample, paths: Measurement(
-            sample.op, sample.bound, "float32", sample.calls, us={"native": 100.0, "vendor": 10.0}
-        ),
-    )
 
     def tuned_now() -> bool:
         route = fresh_routes.table.ops.get("aten::neg")

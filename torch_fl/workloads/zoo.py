@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -86,53 +87,39 @@ def _pick(size: str, board: dict, host: dict) -> dict:
     return board if size == "board" else host
 
 
-# The host size of every decoder LM with grouped-query attention (llama, qwen2).
-HOST_DECODER = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=128,
-)
+def _gqa_dims(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, vocab: int) -> dict:
+    """The config fields that size a decoder LM with grouped-query attention."""
+    return dict(
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        vocab_size=vocab,
+    )
+
+
+def _gqa_decoder(
+    size: str, config: Callable[..., Any], model: Callable[..., nn.Module], board: dict, tied: bool
+) -> nn.Module:
+    """A GQA + RoPE decoder LM from transformers' `config` and `model` classes; every such LM shares
+    one host size."""
+    dims = _pick(size, board, _gqa_dims(32, 64, 2, 4, 2, 128))
+    return model(config(**dims, max_position_embeddings=2048, tie_word_embeddings=tied))
 
 
 def llama(size: str) -> nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     # board: ~200 M parameters (12 layers of 1024, GQA 16 query / 4 key-value heads)
-    dims = _pick(
-        size,
-        dict(
-            hidden_size=1024,
-            intermediate_size=2816,
-            num_hidden_layers=12,
-            num_attention_heads=16,
-            num_key_value_heads=4,
-            vocab_size=32000,
-        ),
-        HOST_DECODER,
-    )
-    return LlamaForCausalLM(LlamaConfig(**dims, max_position_embeddings=2048, tie_word_embeddings=False))
+    return _gqa_decoder(size, LlamaConfig, LlamaForCausalLM, _gqa_dims(1024, 2816, 12, 16, 4, 32000), tied=False)
 
 
 def qwen2(size: str) -> nn.Module:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     # board: Qwen2-0.5B's published shape (494 M parameters, 14 / 2 heads, tied embeddings, qkv bias)
-    dims = _pick(
-        size,
-        dict(
-            hidden_size=896,
-            intermediate_size=4864,
-            num_hidden_layers=24,
-            num_attention_heads=14,
-            num_key_value_heads=2,
-            vocab_size=151936,
-        ),
-        HOST_DECODER,
-    )
-    return Qwen2ForCausalLM(Qwen2Config(**dims, max_position_embeddings=2048, tie_word_embeddings=True))
+    return _gqa_decoder(size, Qwen2Config, Qwen2ForCausalLM, _gqa_dims(896, 4864, 24, 14, 2, 151936), tied=True)
 
 
 def gpt2(size: str) -> nn.Module:
