@@ -13,7 +13,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,6 @@ from torch_fl.platform.errors import SelectionError
 from torch_fl.platform.selection import select_platform
 from torch_fl.routing.table import RouteTableError, parse
 
-REPO = Path(__file__).resolve().parents[2]
 HOST_REF = shipped_root() / "host_ref"
 _LETTERS = "abcdefghijk"
 BOMB = (
@@ -57,23 +55,25 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
 
-def run_bounded(
-    code: str, env: dict[str, str | None], timeout: float = 240, limit_memory: bool = True
-) -> subprocess.CompletedProcess:
-    """Run `code` in a fresh interpreter with at most 3 GiB of address space (CUDA reserves more: pass
-    limit_memory=False there); a hang fails the test."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("FLAGOS_")}
-    full_env.update({k: v for k, v in env.items() if v is not None})
-    full_env["PYTHONUNBUFFERED"] = "1"
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=REPO,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        preexec_fn=_limit_memory if limit_memory else None,
-    )
+@pytest.fixture
+def run_bounded(run_python):
+    """run_bounded(code, env, timeout=240, limit_memory=True): `code` in a fresh interpreter with no
+    FLAGOS_ variable but those of `env` and at most 3 GiB of address space (CUDA reserves more: pass
+    limit_memory=False there); a hang fails the test. The process is returned, whatever its exit."""
+
+    def run(
+        code: str, env: dict[str, str | None], timeout: float = 240, limit_memory: bool = True
+    ) -> subprocess.CompletedProcess:
+        cleared: dict[str, str | None] = {k: None for k in os.environ if k.startswith("FLAGOS_")}
+        return run_python(
+            code,
+            {**cleared, **env},
+            check=False,
+            timeout=timeout,
+            preexec_fn=_limit_memory if limit_memory else None,
+        )
+
+    return run
 
 
 def platform_copy(root: Path, name: str = "host_ref") -> Path:
@@ -95,7 +95,7 @@ def bomb_platform(root: Path) -> Path:
 # ---- 9: alias bombs
 
 
-def test_alias_bomb_in_a_descriptor_fails_fast_naming_file_and_line(tmp_path):
+def test_alias_bomb_in_a_descriptor_fails_fast_naming_file_and_line(tmp_path, run_bounded):
     bomb_platform(tmp_path)
     code = """
         from torch_fl.platform.discovery import load_all
@@ -167,7 +167,7 @@ ACTIVATES = """
 """
 
 
-def test_broken_platforms_on_the_path_do_not_stop_another(tmp_path):
+def test_broken_platforms_on_the_path_do_not_stop_another(tmp_path, run_bounded):
     bomb_platform(tmp_path)
     latin = tmp_path / "latin_chip"
     latin.mkdir()
@@ -183,7 +183,7 @@ def test_broken_platforms_on_the_path_do_not_stop_another(tmp_path):
         assert f"{name}{os.sep}platform.yaml:{line}: " in result.stderr
 
 
-def test_broken_route_table_leaves_native_and_cpu_routes(tmp_path):
+def test_broken_route_table_leaves_native_and_cpu_routes(tmp_path, run_bounded):
     folder = platform_copy(tmp_path)
     (folder / "routes.yaml").write_text(
         "format: 1\nops:\n  aten::mm:\n    candidates: [native]\n    buckets:\n"
@@ -260,7 +260,7 @@ FAILS_CLEARLY = """
 """
 
 
-def test_strict_routing_error_leaves_nothing_half_active():
+def test_strict_routing_error_leaves_nothing_half_active(run_bounded):
     result = run_bounded(FAILS_CLEARLY, {"FLAGOS_ROUTE_mm": "garbage", "FLAGOS_STRICT": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "active False" in result.stdout
@@ -269,7 +269,7 @@ def test_strict_routing_error_leaves_nothing_half_active():
     assert "FLAGOS_ROUTE_mm" in result.stdout.split("device error:")[1]
 
 
-def test_routing_warning_is_given_once_and_activation_goes_on():
+def test_routing_warning_is_given_once_and_activation_goes_on(run_bounded):
     result = run_bounded(ACTIVATES, {"FLAGOS_ROUTE_mm": "garbage"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "active host_ref flagos host_ref" in result.stdout
@@ -279,7 +279,7 @@ def test_routing_warning_is_given_once_and_activation_goes_on():
 # ---- 12: a platform that cannot start says so once; device="flagos" then names the cause
 
 
-def test_unknown_forced_platform_one_message_then_a_clear_device_error():
+def test_unknown_forced_platform_one_message_then_a_clear_device_error(run_bounded):
     result = run_bounded(FAILS_CLEARLY, {"FLAGOS_PLATFORM": "nosuch"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.count("FLAGOS_PLATFORM=nosuch: unknown platform") == 1, result.stderr[-3000:]
@@ -289,7 +289,7 @@ def test_unknown_forced_platform_one_message_then_a_clear_device_error():
     )
 
 
-def test_broken_forced_descriptor_one_message_naming_the_file(tmp_path):
+def test_broken_forced_descriptor_one_message_naming_the_file(tmp_path, run_bounded):
     path = platform_copy(tmp_path, "schema_chip") / "platform.yaml"
     text = path.read_text()
     path.write_text(text.replace("status: unvalidated", "status: bogus"))
@@ -316,7 +316,7 @@ def test_platforms_list_with_a_broken_descriptor_says_so(tmp_path, monkeypatch):
 @pytest.mark.skipif(
     not __import__("torch").cuda.is_available(), reason="needs a real CUDA device (runs on the GPU board)"
 )
-def test_failed_activation_on_a_cuda_machine_leaves_cuda_alone():
+def test_failed_activation_on_a_cuda_machine_leaves_cuda_alone(run_bounded):
     code = """
         import warnings
         warnings.simplefilter("always")

@@ -15,10 +15,6 @@ this process (the containment rule, torch_fl.activation); then only `own_process
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +24,6 @@ import torch
 import torch_fl
 from torch_fl.runtime.device import core as device_core
 
-REPO = Path(__file__).resolve().parents[2]
 ACTIVE = torch_fl.is_active()
 BACKING = device_core.backing() if ACTIVE else None
 
@@ -143,33 +138,3 @@ def force_cpu_route() -> Callable[[str], None]:
         torch_fl.runtime.core().set_cpu_route(op, True)
 
     return force
-
-
-@pytest.fixture(scope="session")
-def run_python() -> Callable[..., subprocess.CompletedProcess]:
-    """run_python(code, env={...}, check=True): runs `code` in a fresh interpreter (this one) from the
-    repository root and returns the completed process. An env value of None removes that variable."""
-
-    def run(code: str, env: dict[str, str | None] | None = None, check: bool = True, timeout: float = 300):
-        full_env = dict(os.environ)
-        full_env["PYTHONUNBUFFERED"] = "1"
-        for key, value in (env or {}).items():
-            if value is None:
-                full_env.pop(key, None)
-            else:
-                full_env[key] = value
-        result = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            cwd=REPO,
-            env=full_env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if check:
-            assert result.returncode == 0, (
-                f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
-            )
-        return result
-
-    return run
