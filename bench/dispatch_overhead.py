@@ -76,6 +76,11 @@ def _host(result: object) -> object:
     return [t.cpu() for t in result] if isinstance(result, (list, tuple)) else result.cpu()  # type: ignore[attr-defined]
 
 
+def _moved(operands: dict, device: str) -> dict:
+    """`operands` (tensors and lists of tensors) copied to `device`."""
+    return {k: [t.to(device) for t in v] if isinstance(v, list) else v.to(device) for k, v in operands.items()}
+
+
 def run(calls: int, repeats: int, rounds: int, size: int) -> dict:
     backing = current_backing()
     plain_sync = torch.cuda.synchronize if backing == "cuda" else (lambda: None)
@@ -91,8 +96,7 @@ def run(calls: int, repeats: int, rounds: int, size: int) -> dict:
         # an optimizer's foreach update over a few parameters
         "params": [torch.randn(size, size) for _ in range(8)],
     }
-    plain = {k: [t.to(backing) for t in v] if isinstance(v, list) else v.to(backing) for k, v in operands.items()}
-    flagos = {k: [t.to("flagos") for t in v] if isinstance(v, list) else v.to("flagos") for k, v in operands.items()}
+    plain, flagos = _moved(operands, backing), _moved(operands, "flagos")
     ops: dict[str, Callable[[dict], object]] = {
         "add": lambda t: torch.add(t["a"], t["b"]),
         "mm": lambda t: torch.mm(t["a"], t["b"]),

@@ -202,7 +202,7 @@ def test_a_table_must_not_slow_down_the_other_steps_it_is_checked_on(fresh_route
         steps=1,
         isolate=False,
         check_rounds=3,
-        also_check={"zoo m": zoo_model},
+        also_check={"zoo m": lambda: zoo_model},
         progress=seen.append,
     )
     assert report.kept is (other in ("faster", "fails-native"))

@@ -152,25 +152,29 @@ def stats(
     emit(data, as_json, human)
 
 
-def zoo_steps(names: str, backing: str) -> dict[str, Callable[[], Any]]:
-    """Training steps on flagos of the zoo architectures `names` (comma-separated, or 'all'): board
-    size with bf16 autocast on a GPU backing, host size in float32 on the CPU."""
+def zoo_step_makers(names: str, backing: str) -> dict[str, Callable[[], Callable[[], Any]]]:
+    """For each zoo architecture in `names` (comma-separated, or 'all'), a function that builds its
+    training step on flagos: board size with bf16 autocast on a GPU backing, host size in float32 on
+    the CPU. Names and the transformers dependency are checked now; models are built only when made."""
     from torch_fl.workloads import zoo
 
     wanted = list(zoo.ARCHS) if names == "all" else [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in zoo.ARCHS]
     if unknown:
         raise ValueError(f"--check-zoo: unknown architecture(s) {unknown}; expected some of {list(zoo.ARCHS)} or 'all'")
+    if importlib.util.find_spec("transformers") is None:
+        raise ValueError("--check-zoo needs transformers (pip install 'torch-fl[bench]')")
     size = "host" if backing == "cpu" else "board"
-    steps = {}
-    for name in wanted:
-        try:
+
+    def maker(name: str) -> Callable[[], Callable[[], Any]]:
+        def make() -> Callable[[], Any]:
             model = zoo.build(name, size)
-        except ModuleNotFoundError as exc:
-            raise ValueError(f"--check-zoo {name}: needs {exc.name} (pip install 'torch-fl[bench]')") from None
-        inputs = {k: v.to("flagos") for k, v in zoo.batch(name, model, zoo.ARCHS[name].shapes[size]).items()}
-        steps[f"zoo {name}"] = zoo.train_step(name, model.to("flagos").train(), inputs, "flagos", bf16=backing != "cpu")
-    return steps
+            inputs = {k: v.to("flagos") for k, v in zoo.batch(name, model, zoo.ARCHS[name].shapes[size]).items()}
+            return zoo.train_step(name, model.to("flagos").train(), inputs, "flagos", bf16=backing != "cpu")
+
+        return make
+
+    return {f"zoo {name}": maker(name) for name in wanted}
 
 
 @routes_app.command("tune")
@@ -203,7 +207,7 @@ def tune(
     workload = workload or ("large" if backing == "cuda" else "tiny")
     try:
         step = workload_step(workload, backing)
-        also_check = zoo_steps(check_zoo, backing) if check_zoo else {}
+        also_check = zoo_step_makers(check_zoo, backing) if check_zoo else {}
     except (FileNotFoundError, AttributeError, ValueError) as exc:
         raise fail(str(exc), as_json, 2) from None
     say: Callable[[str], None] = (lambda m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]"))

@@ -237,13 +237,14 @@ def tune(
     progress: Callable[[str], None] = lambda message: None,
     isolate: bool = True,
     check_rounds: int = 7,
-    also_check: Mapping[str, Callable[[], Any]] | None = None,
+    also_check: Mapping[str, Callable[[], Callable[[], Any]]] | None = None,
 ) -> TuneReport:
     """Record, measure, decide and check; installs the tuned buckets in `router` when they win.
 
     `isolate` measures in worker processes (torch_fl.routing.tuner_worker), so that a candidate
     that crashes or poisons the device costs only its own sample. `also_check`: other steps, by
-    name, that the tuned table must not slow down either."""
+    name, that the tuned table must not slow down either, each given as the function that makes it
+    (called only once the table has passed its own workload, one step alive at a time)."""
 
     def tunable(op: str) -> bool:
         if op in GEMM_OPS and not include_gemm:
@@ -285,7 +286,7 @@ def tune(
 
 def _check_elsewhere(
     router: Router,
-    others: Mapping[str, Callable[[], Any]],
+    makers: Mapping[str, Callable[[], Callable[[], Any]]],
     steps: int,
     saved: Mapping[str, Optional[OpRoute]],
     tuned: Mapping[str, OpRoute],
@@ -293,14 +294,15 @@ def _check_elsewhere(
     progress: Callable[[str], None],
 ) -> tuple[dict[str, list[float]], str]:
     """Times each other step native-only and tuned: ({name: [native ms, tuned ms]}, why the table
-    is refused, or ""). A step that fails native-only too is left out (the table is not what
-    breaks it); one that fails or runs slower only with the tuned table refuses it."""
+    is refused, or ""). A step that cannot be made or fails native-only too is left out (the table
+    is not what breaks it); one that fails or runs slower only with the tuned table refuses it."""
     checked: dict[str, list[float]] = {}
     refused, left_out = [], []
-    for name, other in others.items():
+    for name, make in makers.items():
         progress(f"checking the tuned table on {name}")
         _use(router, saved)
         try:
+            other = make()
             other()
         except Exception as exc:
             left_out.append(f"{name} (fails native-only too: {type(exc).__name__})")

@@ -149,25 +149,7 @@ def mixtral(size: str) -> nn.Module:
     from transformers import MixtralConfig, MixtralForCausalLM
 
     # board: 8 experts, top-2 routing; ~490 M parameters, ~190 M active per token
-    dims = _pick(
-        size,
-        dict(
-            hidden_size=1024,
-            intermediate_size=2048,
-            num_hidden_layers=8,
-            num_attention_heads=16,
-            num_key_value_heads=4,
-            vocab_size=32000,
-        ),
-        dict(
-            hidden_size=32,
-            intermediate_size=48,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=128,
-        ),
-    )
+    dims = _pick(size, _gqa_dims(1024, 2048, 8, 16, 4, 32000), _gqa_dims(32, 48, 2, 4, 2, 128))
     return MixtralForCausalLM(
         MixtralConfig(**dims, num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=2048)
     )
