@@ -4,6 +4,9 @@
 #include "constants.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <vector>
 
 namespace torch_fl {
 namespace {
@@ -75,12 +78,59 @@ at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index) {
   return owning_alias(t, to_flagos(t.device(), host_index), c10::DispatchKey::PrivateUse1, flagos_allocator(), true);
 }
 
+namespace {
+
+// Borrowing aliases handed back after their call, reused by this thread's next borrows: making and
+// tearing down a TensorImpl and a StorageImpl per argument is most of what the native route adds per
+// tensor (the optimizer's foreach ops take every parameter in each of their lists).
+constexpr size_t kPooledAliases = 512;
+thread_local std::vector<at::Tensor> t_pooled_aliases;
+
+// The pooled alias `alias` made over `t`'s bytes with `t`'s geometry, in place.
+void reset_alias(c10::TensorImpl* alias, const at::Tensor& t, c10::Device device) {
+  const c10::Storage& s = t.storage();
+  c10::StorageImpl* si = alias->storage().unsafeGetStorageImpl();
+  si->set_data_ptr_noswap(c10::DataPtr(s.mutable_data(), device));
+  si->set_nbytes(s.nbytes());
+  if (alias->dtype() != t.dtype()) alias->set_storage_and_dtype(alias->storage(), t.dtype());
+  alias->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  alias->_set_conj(t.is_conj());
+  alias->_set_neg(t.is_neg());
+}
+
+}  // namespace
+
 at::Tensor borrow_as_backing(const at::Tensor& t) {
+  const c10::Device device = to_backing(t.device());
+  auto& pool = t_pooled_aliases;
+  // An alias made in inference mode has no version counter, which kernels that bump it outside
+  // inference mode refuse: reused only in the mode it was made in.
+  if (!pool.empty() && pool.back().device() == device &&
+      pool.back().is_inference() == c10::InferenceMode::is_enabled()) {
+    at::Tensor alias = std::move(pool.back());
+    pool.pop_back();
+    reset_alias(alias.unsafeGetTensorImpl(), t, device);
+    return alias;
+  }
   const c10::Storage& s = t.storage();
   // Resizable through the backing allocator: an out= kernel may grow it; the caller then moves the
   // new buffer into the flagos storage.
-  return wrap(t, c10::DataPtr(s.mutable_data(), to_backing(t.device())), s.nbytes(), backing().key,
-              c10::GetAllocator(backing().type), true);
+  return wrap(t, c10::DataPtr(s.mutable_data(), device), s.nbytes(), backing().key, c10::GetAllocator(backing().type),
+              true);
+}
+
+void return_alias(at::Tensor&& alias) {
+  c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
+  // Reused only when the kernel kept no reference to it or its storage and left its metadata
+  // changeable (a kernel may restride or relabel an alias; borrow_as_backing resets those).
+  if (t_pooled_aliases.size() >= kPooledAliases || alias.use_count() != 1 || impl->storage().use_count() != 1 ||
+      !impl->allow_tensor_metadata_change() || impl->is_wrapped_number() || impl->device_type() != backing().type) {
+    return;
+  }
+  c10::StorageImpl* si = impl->storage().unsafeGetStorageImpl();
+  if (!si->resizable() || si->allocator() != c10::GetAllocator(backing().type)) return;
+  si->set_data_ptr_noswap(c10::DataPtr(nullptr, si->device()));  // no pointer into freed memory
+  t_pooled_aliases.push_back(std::move(alias));
 }
 
 std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Tensor>& t) {

@@ -46,6 +46,9 @@ at::Tensor as_backing(const at::Tensor& t);
 at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index = -1);
 // Borrowing alias: no keep-alive, only valid while `t` lives (used inside one kernel call).
 at::Tensor borrow_as_backing(const at::Tensor& t);
+// Hands a borrowing alias back after its call, for reuse by this thread's next borrow_as_backing
+// (kept only when nothing else holds it).
+void return_alias(at::Tensor&& alias);
 std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Tensor>& t);
 // A backing tensor built by a backing kernel becomes a flagos tensor; its buffer is taken over
 // without a copy when nothing else holds it, otherwise it is aliased.

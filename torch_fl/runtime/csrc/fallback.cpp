@@ -280,6 +280,13 @@ struct NativeArguments {
   c10::DeviceIndex index = -1;
   std::optional<c10::Device> host_operand;
 
+  NativeArguments() = default;
+  NativeArguments(const NativeArguments&) = delete;
+  NativeArguments& operator=(const NativeArguments&) = delete;
+  ~NativeArguments() {
+    for (auto& s : swaps) return_alias(std::move(s.alias));
+  }
+
   at::Tensor tensor(const at::Tensor& t, bool written) {
     if (is_sparse_layout(t)) {
       std::vector<at::Tensor> members;

@@ -72,9 +72,12 @@ const at::Tensor& resize(const at::Tensor& self, c10::SymIntArrayRef size, std::
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   // Both sides as backing tensors: the backing copy kernel handles host<->device, device<->device,
   // dtype conversion and conjugate/negative bits, on the current stream.
-  at::Tensor target = dst.device().type() == kFlagos ? borrow_as_backing(dst) : dst;
-  const at::Tensor source = self.device().type() == kFlagos ? borrow_as_backing(self) : self;
+  const bool to_flagos = dst.device().type() == kFlagos, from_flagos = self.device().type() == kFlagos;
+  at::Tensor target = to_flagos ? borrow_as_backing(dst) : dst;
+  at::Tensor source = from_flagos ? borrow_as_backing(self) : self;
   target.copy_(source, non_blocking);
+  if (to_flagos) return_alias(std::move(target));
+  if (from_flagos) return_alias(std::move(source));
   return dst;
 }
 

@@ -1,0 +1,76 @@
+"""The native route reuses its backing aliases from call to call (one pool per thread): every reuse
+must see the new argument's bytes, dtype, geometry and conjugate/negative bits, and none may carry
+state from the call that made it (inference mode, a buffer an out= kernel grew)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import torch
+
+
+def _pairs(*tensors: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    return list(tensors), [t.to("flagos") for t in tensors]
+
+
+def test_each_reuse_takes_the_new_arguments_geometry_and_dtype(same: Callable[..., None]) -> None:
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(6, 8, generator=g)
+    cpu, fl = _pairs(
+        base,
+        base.t(),  # transposed strides
+        base[2:, 3:],  # an offset into the storage
+        base.double()[::2],
+        torch.randn(5, generator=g, dtype=torch.complex64).conj(),  # a lazy conjugate
+        torch.arange(12).reshape(3, 4),
+    )
+    for _ in range(3):  # every round reuses the aliases the round before made
+        for c, f in zip(cpu, fl, strict=True):
+            same(f * 2, c * 2)
+            same(f.sum(dim=0), c.sum(dim=0))
+            same(torch.cat([f.flatten(), f.flatten()[:3]]), torch.cat([c.flatten(), c.flatten()[:3]]))
+
+
+def test_list_ops_in_place_after_inference_mode(same: Callable[..., None]) -> None:
+    # Aliases made in inference mode have no version counter: reused outside it, an in-place
+    # kernel that bumps versions (the fused foreach ones on CUDA) would refuse them.
+    cpu, fl = _pairs(*(torch.full((4, 4), float(i)) for i in range(5)))
+    with torch.inference_mode():
+        for f in fl:
+            f.add(1)
+    torch._foreach_add_(fl, 1.0)
+    torch._foreach_mul_(fl, fl)
+    torch._foreach_add_(cpu, 1.0)
+    torch._foreach_mul_(cpu, cpu)
+    for f, c in zip(fl, cpu, strict=True):
+        same(f, c)
+    with torch.inference_mode():  # and back: made outside, reused inside
+        same(torch.stack(torch._foreach_add(fl, 1.0)), torch.stack(torch._foreach_add(cpu, 1.0)))
+
+
+def test_out_grown_by_the_kernel_then_reused(same: Callable[..., None]) -> None:
+    a, b = torch.randn(64), torch.randn(64)
+    out = torch.empty(0, device="flagos")
+    for _ in range(3):
+        torch.add(a.to("flagos"), b.to("flagos"), out=out)  # out= grows its empty storage
+        same(out, a + b)
+        same(out * 3, (a + b) * 3)
+
+
+def test_threads_reuse_their_own_aliases(same: Callable[..., None]) -> None:
+    xs = [torch.randn(32, 32, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    results: dict[int, list[torch.Tensor]] = {}
+
+    def work(i: int) -> None:
+        x = xs[i].to("flagos")
+        results[i] = [x @ x + i for _ in range(50)]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, x in enumerate(xs):
+        for r in results[i]:
+            same(r, x @ x + i)
