@@ -1,0 +1,97 @@
+// What the C++ routes share about one op call: the per-op facts and counters, and the native
+// route's view of the arguments (backing aliases) with the mapping of the results back to flagos.
+// Used by the boxed route (fallback.cpp) and the unboxed one (native_unboxed.cpp).
+#pragma once
+
+#include "backing.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/SmallVector.h>
+
+#include <atomic>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torch_fl {
+
+enum class Arg : uint8_t { kOther, kTensor, kWrite, kList, kWriteList, kGenerator, kDevice };
+
+// What the routes need to know about one op's schema, computed once per op.
+struct OpInfo {
+  std::string name;
+  std::vector<Arg> args;
+  int generator_arg = -1;
+  bool backing_has_kernel = true;
+  std::atomic<bool> force_cpu{false};
+  std::atomic<bool> logged{false};
+  std::atomic<uint64_t> native_calls{0};
+  std::atomic<uint64_t> cpu_calls{0};
+};
+
+// The op's facts, made on its first call (thread-safe; cached per thread).
+OpInfo& info_for(const c10::OperatorHandle& op);
+
+inline bool is_flagos(const at::Tensor& t) { return t.defined() && t.device().type() == kFlagos; }
+
+// One flagos argument replaced by a backing alias for the duration of the call.
+struct Swap {
+  c10::TensorImpl* alias_impl;
+  c10::StorageImpl* alias_storage;
+  void* alias_data;
+  at::Tensor original;
+  bool written;
+  at::Tensor alias;
+};
+
+// One flagos sparse argument replaced by a backing sparse tensor over aliases of its members.
+struct SparseSwap {
+  at::Tensor original;
+  at::Tensor alias;
+  bool written;
+};
+
+// Records the device of a flagos argument in `seen`; refuses two virtual host devices in one call.
+void note_device(c10::DeviceIndex& seen, const at::Tensor& t);
+
+// After the call: a write argument whose alias was resized, restrided or relabelled hands that
+// back (see native_call.cpp).
+void write_back(Swap& s);
+
+// A backing result as flagos: an argument itself where the kernel returned its alias, a view of an
+// argument's storage, or the backing tensor adopted.
+at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index);
+std::vector<at::Tensor> flagos_members(const at::Tensor& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index);
+
+// The native route's view of the arguments: zero-copy backing aliases, remembered for the results
+// and handed back for reuse when the call is over.
+struct NativeArguments {
+  c10::SmallVector<Swap, 6> swaps;
+  std::vector<SparseSwap> sparse_swaps;
+  c10::DeviceIndex index = -1;
+  std::optional<c10::Device> host_operand;
+
+  NativeArguments() = default;
+  NativeArguments(const NativeArguments&) = delete;
+  NativeArguments& operator=(const NativeArguments&) = delete;
+  ~NativeArguments() {
+    for (auto& s : swaps) return_alias(std::move(s.alias));
+  }
+
+  at::Tensor tensor(const at::Tensor& t, bool written);
+  void other_tensor(const at::Tensor& t) {
+    if (host_backed() && t.defined() && t.dim() > 0) host_operand = t.device();
+  }
+  c10::IValue generator(const at::Generator& g) { return backing_generator(g); }
+  c10::IValue device(c10::Device d) { return to_backing(d); }
+  // Refuses a CPU operand on the host backing, as a device kernel would (0-dim CPU tensors are
+  // scalars; index lists may live on the CPU, as on CUDA).
+  void check_operands() const;
+};
+
+// Serves the hottest ops (native_unboxed.cpp) with the native route in their own signature,
+// without boxing; registered before the boxed route claims the rest.
+void register_unboxed_native_kernels();
+
+}  // namespace torch_fl

@@ -1,0 +1,295 @@
+// The native route without boxing, for the ops a training step, an optimizer step or a decode step
+// calls most. The boxed route packs every argument into a stack, rewrites it, and the backing's
+// kernel unpacks it again; here the op's own C++ signature is kept: each flagos argument becomes
+// the same backing alias as in the boxed route, and the backing kernel is called directly. Calls
+// this path does not serve as is (a forced or missing backing kernel, a sparse argument, inputs
+// the backing kernel turns down) go to the boxed route, which handles every case.
+#include "native_call.h"
+#include "sparse.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Operators.h>
+#include <ATen/record_function.h>
+#include <ATen/core/boxing/KernelFunction.h>
+#include <c10/core/CompileTimeFunctionPointer.h>
+
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace torch_fl {
+namespace {
+
+// ---- arguments: each parameter type of an op's signature as the backing kernel sees it
+
+template <class T>
+struct Pass {
+  static_assert(!std::is_same_v<std::decay_t<T>, at::Tensor> && !std::is_same_v<std::decay_t<T>, at::Generator> &&
+                    !std::is_same_v<std::decay_t<T>, std::optional<at::Generator>>,
+                "an argument type the unboxed native route does not map: leave the op to the boxed route");
+  T value;  // anything but tensors and devices goes through as it is
+  Pass(T v, NativeArguments&, Arg) : value(static_cast<T>(v)) {}
+  T get() { return static_cast<T>(value); }
+  static bool sparse(const T&) { return false; }
+};
+
+template <>
+struct Pass<const at::Tensor&> {
+  const at::Tensor& original;
+  at::Tensor alias;  // defined when the argument is a flagos tensor
+  Pass(const at::Tensor& t, NativeArguments& args, Arg kind) : original(t) {
+    if (is_flagos(t)) {
+      alias = args.tensor(t, kind == Arg::kWrite);
+    } else {
+      args.other_tensor(t);
+    }
+  }
+  const at::Tensor& get() { return alias.defined() ? alias : original; }
+  const at::Tensor* original_of(const c10::TensorImpl* impl) const {
+    return (alias.defined() ? alias : original).unsafeGetTensorImpl() == impl ? &original : nullptr;
+  }
+  static bool sparse(const at::Tensor& t) { return is_sparse_layout(t); }
+};
+
+template <>
+struct Pass<at::Tensor&> {
+  at::Tensor& original;
+  at::Tensor alias;
+  Pass(at::Tensor& t, NativeArguments& args, Arg) : original(t) {
+    if (is_flagos(t)) {
+      alias = args.tensor(t, true);
+    } else {
+      args.other_tensor(t);
+    }
+  }
+  at::Tensor& get() { return alias.defined() ? alias : original; }
+  at::Tensor* original_of(const c10::TensorImpl* impl) const {
+    return (alias.defined() ? alias : original).unsafeGetTensorImpl() == impl ? &original : nullptr;
+  }
+  static bool sparse(const at::Tensor& t) { return is_sparse_layout(t); }
+};
+
+template <>
+struct Pass<const std::optional<at::Tensor>&> {
+  std::optional<at::Tensor> value;
+  Pass(const std::optional<at::Tensor>& t, NativeArguments& args, Arg) {
+    value = t.has_value() && is_flagos(*t) ? std::optional<at::Tensor>(args.tensor(*t, false)) : t;
+  }
+  const std::optional<at::Tensor>& get() { return value; }
+  static bool sparse(const std::optional<at::Tensor>& t) { return t.has_value() && is_sparse_layout(*t); }
+};
+
+// The flagos tensors of a list as aliases (a Tensor(a!)[] list is written back after the call).
+template <class List>
+std::vector<at::Tensor> list_aliases(const List& list, NativeArguments& args, Arg kind) {
+  std::vector<at::Tensor> out;
+  out.reserve(list.size());
+  for (const at::Tensor& t : list) out.push_back(is_flagos(t) ? args.tensor(t, kind == Arg::kWriteList) : t);
+  return out;
+}
+
+template <class List>
+bool any_sparse(const List& list) {
+  for (const at::Tensor& t : list) {
+    if (is_sparse_layout(t)) return true;
+  }
+  return false;
+}
+
+template <>
+struct Pass<at::TensorList> {
+  std::vector<at::Tensor> values;
+  Pass(at::TensorList list, NativeArguments& args, Arg kind) : values(list_aliases(list, args, kind)) {}
+  at::TensorList get() { return values; }
+  static bool sparse(at::TensorList list) { return any_sparse(list); }
+};
+
+template <>
+struct Pass<const at::ITensorListRef&> {
+  std::vector<at::Tensor> values;
+  at::ITensorListRef ref;
+  Pass(const at::ITensorListRef& list, NativeArguments& args, Arg kind)
+      : values(list_aliases(list, args, kind)), ref(at::TensorList(values)) {}
+  const at::ITensorListRef& get() { return ref; }
+  static bool sparse(const at::ITensorListRef& list) { return any_sparse(list); }
+};
+
+template <>
+struct Pass<std::optional<at::Device>> {
+  std::optional<at::Device> value;
+  Pass(std::optional<at::Device> d, NativeArguments&, Arg) {
+    value = d.has_value() && d->type() == kFlagos ? std::optional<at::Device>(to_backing(*d)) : d;
+  }
+  std::optional<at::Device> get() { return value; }
+  static bool sparse(std::optional<at::Device>) { return false; }
+};
+
+// ---- results: the backing kernel's results as flagos tensors
+
+template <class T>
+struct IsTuple : std::false_type {};
+template <class... T>
+struct IsTuple<std::tuple<T...>> : std::true_type {};
+
+template <class R, class Passes>
+R original_result(const at::Tensor& r, Passes& passes) {
+  using Ptr = std::conditional_t<std::is_same_v<R, at::Tensor&>, at::Tensor*, const at::Tensor*>;
+  Ptr found = nullptr;
+  auto look = [&](auto& pass) {
+    using P = std::decay_t<decltype(pass)>;
+    if constexpr (std::is_same_v<P, Pass<at::Tensor&>> ||
+                  (std::is_same_v<P, Pass<const at::Tensor&>> && !std::is_same_v<R, at::Tensor&>)) {
+      if (found == nullptr) found = pass.original_of(r.unsafeGetTensorImpl());
+    }
+  };
+  std::apply([&](auto&... p) { (look(p), ...); }, passes);
+  TORCH_CHECK(found != nullptr, "torch_fl: a kernel returned a reference to a tensor that is not its argument");
+  return *found;
+}
+
+template <class T>
+T flagos_value(T&& value, NativeArguments& args, c10::DeviceIndex index) {
+  if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
+    return to_flagos_result(std::move(value), args.swaps, index);
+  } else if constexpr (std::is_same_v<std::decay_t<T>, std::vector<at::Tensor>>) {
+    for (auto& t : value) t = to_flagos_result(std::move(t), args.swaps, index);
+    return std::move(value);
+  } else {
+    return std::forward<T>(value);
+  }
+}
+
+// ---- the kernel
+
+template <class Op, class Signature = typename Op::schema>
+struct Unboxed;
+
+template <class Op, class R, class... A>
+struct Unboxed<Op, R(A...)> {
+  static_assert(
+      !IsTuple<R>::value ||
+          !std::is_reference_v<std::tuple_element_t<0, std::conditional_t<IsTuple<R>::value, R, std::tuple<int>>>>,
+      "ops returning tuples of references stay on the boxed route");
+
+  static const c10::OperatorHandle& handle() {
+    static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
+    return op;
+  }
+
+  static R boxed(A... a) {
+    return c10::impl::BoxedKernelWrapper<R(A...)>::call(c10::BoxedKernel::makeFromFunction<&native_route>(), handle(),
+                                                        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                        std::forward<A>(a)...);
+  }
+
+  static R call(A... a) {
+    static OpInfo& info = info_for(handle());
+    if (!info.backing_has_kernel || info.force_cpu.load(std::memory_order_relaxed) || (Pass<A>::sparse(a) || ...)) {
+      return boxed(std::forward<A>(a)...);
+    }
+    info.native_calls.fetch_add(1, std::memory_order_relaxed);
+    {
+      NativeArguments args;  // declared first: its aliases return to the pool after the passes let go
+      size_t i = 0;
+      std::tuple<Pass<A>...> passes{Pass<A>(std::forward<A>(a), args, info.args[i++])...};
+      args.check_operands();
+      try {
+        if constexpr (std::is_void_v<R>) {
+          {
+            RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>());
+            std::apply([](auto&... p) { Op::call(p.get()...); }, passes);
+          }
+          for (auto& s : args.swaps) {
+            if (s.written) write_back(s);
+          }
+          return;
+        } else {
+          std::optional<
+              std::conditional_t<std::is_reference_v<R>, std::reference_wrapper<std::remove_reference_t<R>>, R>>
+              r;
+          {
+            RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>());
+            r.emplace(std::apply([](auto&... p) -> R { return Op::call(p.get()...); }, passes));
+          }
+          for (auto& s : args.swaps) {
+            if (s.written) write_back(s);
+          }
+          if constexpr (std::is_reference_v<R>) {
+            return original_result<R>(r->get(), passes);
+          } else {
+            const c10::DeviceIndex index = args.index >= 0 ? args.index : current_index();
+            if constexpr (IsTuple<R>::value) {
+              return std::apply([&](auto&&... v) { return R(flagos_value(std::move(v), args, index)...); },
+                                std::move(*r));
+            } else {
+              return flagos_value(std::move(*r), args, index);
+            }
+          }
+        }
+      } catch (const c10::NotImplementedError&) {
+        // The backing has the op but not for these inputs: the boxed route serves the call (with
+        // the explicit CPU fallback), counted there.
+        if (host_backed()) throw;
+        info.native_calls.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+    return boxed(std::forward<A>(a)...);
+  }
+};
+
+template <class Op>
+void serve_unboxed(std::vector<c10::RegistrationHandleRAII>& handles) {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  const c10::OperatorName name(Op::name, Op::overload_name);
+  auto op = dispatcher.findOp(name);
+  // Only where the native route would serve the op anyway: the backing has a kernel of its own
+  // (where it has only a composite, the composite runs on flagos) and flagos none.
+  if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+      !op->hasKernelForDispatchKey(backing().key)) {
+    return;
+  }
+  handles.push_back(dispatcher.registerImpl(
+      name, c10::DispatchKey::PrivateUse1, c10::KernelFunction::makeFromUnboxedFunction(TORCH_FN(Unboxed<Op>::call)),
+      c10::impl::CppSignature::make<typename Op::schema>(), nullptr, "torch_fl native route (unboxed)"));
+}
+
+template <class... Ops>
+std::vector<c10::RegistrationHandleRAII> serve_all_unboxed() {
+  std::vector<c10::RegistrationHandleRAII> handles;
+  (serve_unboxed<Ops>(handles), ...);
+  return handles;
+}
+
+}  // namespace
+
+void register_unboxed_native_kernels() {
+  namespace ops = at::_ops;
+  // The ops of the model zoo's training, prefill and decode steps and of AdamW, by call count.
+  static std::vector<c10::RegistrationHandleRAII> handles = serve_all_unboxed<
+      // elementwise
+      ops::add_Tensor, ops::add__Tensor, ops::mul_Tensor, ops::mul__Tensor, ops::mul_Scalar, ops::sub_Tensor,
+      ops::div_Tensor, ops::div__Tensor, ops::neg, ops::rsqrt, ops::sqrt, ops::exp, ops::cos, ops::sin,
+      ops::pow_Tensor_Scalar, ops::where_self, ops::masked_fill__Scalar, ops::fill__Scalar, ops::zero_, ops::eq_Scalar,
+      ops::lerp__Scalar, ops::addcmul_, ops::addcdiv_,
+      // activations and their gradients
+      ops::silu, ops::silu_backward, ops::gelu, ops::gelu_backward, ops::tanh, ops::tanh_backward, ops::relu,
+      ops::threshold_backward,
+      // matrix products
+      ops::mm, ops::addmm, ops::bmm, ops::baddbmm,
+      // reductions, softmax, losses, normalisation
+      ops::sum_dim_IntList, ops::mean_dim, ops::argmax, ops::_softmax, ops::_softmax_backward_data, ops::_log_softmax,
+      ops::_log_softmax_backward_data, ops::nll_loss_forward, ops::nll_loss_backward, ops::native_layer_norm,
+      ops::native_layer_norm_backward,
+      // gathering and joining
+      ops::cat, ops::index_select, ops::gather, ops::embedding_dense_backward,
+      // the optimizers' multi-tensor ops
+      ops::_foreach_add__Scalar, ops::_foreach_add__List, ops::_foreach_add__Tensor, ops::_foreach_add__ScalarList,
+      ops::_foreach_add_Scalar, ops::_foreach_add_List, ops::_foreach_mul__Scalar, ops::_foreach_mul__Tensor,
+      ops::_foreach_mul__List, ops::_foreach_mul__ScalarList, ops::_foreach_lerp__Scalar, ops::_foreach_lerp__List,
+      ops::_foreach_addcmul__Scalar, ops::_foreach_addcmul__ScalarList, ops::_foreach_addcdiv__Scalar,
+      ops::_foreach_addcdiv__ScalarList, ops::_foreach_addcdiv__Tensor, ops::_foreach_sqrt, ops::_foreach_sqrt_,
+      ops::_foreach_div__Scalar, ops::_foreach_div__ScalarList, ops::_foreach_div__Tensor, ops::_foreach_div__List,
+      ops::_foreach_neg, ops::_foreach_norm_Scalar, ops::_foreach_maximum__List, ops::_foreach_zero_>();
+}
+
+}  // namespace torch_fl
