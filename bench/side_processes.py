@@ -13,12 +13,14 @@ This module imports torch and the standard library only: plain sides import it t
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +80,24 @@ def side_env(side: str, variant: str, table: Path, platform: str | None = None) 
     if spec.defaults is not None:
         env.update(FLAGOS_ROUTES=str(table), FLAGOS_ROUTE_DEFAULTS=spec.defaults)
     return {**env, **spec.env}
+
+
+@contextlib.contextmanager
+def timed_without_gc() -> Iterator[None]:
+    """A timed block with Python's cyclic collector off (as `timeit` does), after a full collection.
+
+    A full collection in a process holding a transformers model takes milliseconds and comes every
+    few thousand allocations: in host-bound steps it made whole rounds of one side up to 2x slower
+    than its others, at random, on the H200's host. Every side is timed this way.
+    """
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def shared_cpus() -> set[int] | None:

@@ -63,6 +63,7 @@ from side_processes import (  # noqa: E402
     serve,
     shared_cpus,
     side_env,
+    timed_without_gc,
 )
 
 ROOT = HERE.parent
@@ -124,10 +125,11 @@ class SideRunner:
     def round(self) -> float:
         """ms per step over `steps` back-to-back steps, one synchronisation at the end."""
         self.sync()
-        start = time.perf_counter()
-        self.losses += [self.step() for _ in range(self.args.steps)]
-        self.sync()
-        self.rounds.append((time.perf_counter() - start) / self.args.steps * 1e3)
+        with timed_without_gc():
+            start = time.perf_counter()
+            self.losses += [self.step() for _ in range(self.args.steps)]
+            self.sync()
+            self.rounds.append((time.perf_counter() - start) / self.args.steps * 1e3)
         return self.rounds[-1]
 
     def result(self) -> dict:
