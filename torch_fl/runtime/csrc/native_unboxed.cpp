@@ -282,6 +282,10 @@ void register_unboxed_native_kernels() {
       ops::native_layer_norm_backward,
       // gathering and joining
       ops::cat, ops::index_select, ops::gather, ops::embedding_dense_backward,
+      // a decode step's bookkeeping (positions, stopping criteria, sampling masks)
+      ops::arange_start_out, ops::isin_Tensor_Tensor, ops::bitwise_or_Tensor, ops::bitwise_and_Tensor, ops::bitwise_not,
+      ops::any, ops::any_dim, ops::all, ops::max, ops::lt_Scalar, ops::gt_Scalar, ops::le_Tensor, ops::cumsum,
+      ops::minimum, ops::log, ops::abs,
       // the optimizers' multi-tensor ops
       ops::_foreach_add__Scalar, ops::_foreach_add__List, ops::_foreach_add__Tensor, ops::_foreach_add__ScalarList,
       ops::_foreach_add_Scalar, ops::_foreach_add_List, ops::_foreach_mul__Scalar, ops::_foreach_mul__Tensor,
