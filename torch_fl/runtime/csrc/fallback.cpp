@@ -152,9 +152,7 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo&
     args.swaps.clear();
     return cpu_route(op, stack, info);
   }
-  for (auto& s : args.swaps) {
-    if (s.written) write_back(s);
-  }
+  args.write_back_written();
   const c10::DeviceIndex index = args.index >= 0 ? args.index : current_index();
   // A sparse argument the kernel changed takes the alias's structure and (mapped) members.
   for (auto& s : args.sparse_swaps) {

@@ -158,6 +158,12 @@ at::Tensor NativeArguments::tensor(const at::Tensor& t, bool written) {
   return alias;
 }
 
+void NativeArguments::write_back_written() {
+  for (auto& s : swaps) {
+    if (s.written) write_back(s);
+  }
+}
+
 void NativeArguments::check_operands() const {
   TORCH_CHECK(!host_operand.has_value() || index < 0,
               "Expected all tensors to be on the same device, but found at least two devices, flagos:",

@@ -85,6 +85,8 @@ struct NativeArguments {
   }
   c10::IValue generator(const at::Generator& g) { return backing_generator(g); }
   c10::IValue device(c10::Device d) { return to_backing(d); }
+  // After the call: each written argument takes what the kernel did to its alias (write_back).
+  void write_back_written();
   // Refuses a CPU operand on the host backing, as a device kernel would (0-dim CPU tensors are
   // scalars; index lists may live on the CPU, as on CUDA).
   void check_operands() const;

@@ -130,6 +130,10 @@ template <class T>
 struct IsTuple : std::false_type {};
 template <class... T>
 struct IsTuple<std::tuple<T...>> : std::true_type {};
+template <class T>
+struct HasReferenceElement : std::false_type {};
+template <class... T>
+struct HasReferenceElement<std::tuple<T...>> : std::bool_constant<(std::is_reference_v<T> || ...)> {};
 
 template <class R, class Passes>
 R original_result(const at::Tensor& r, Passes& passes) {
@@ -166,74 +170,65 @@ struct Unboxed;
 
 template <class Op, class R, class... A>
 struct Unboxed<Op, R(A...)> {
-  static_assert(
-      !IsTuple<R>::value ||
-          !std::is_reference_v<std::tuple_element_t<0, std::conditional_t<IsTuple<R>::value, R, std::tuple<int>>>>,
-      "ops returning tuples of references stay on the boxed route");
+  static_assert(!HasReferenceElement<R>::value, "ops returning tuples of references stay on the boxed route");
 
   static const c10::OperatorHandle& handle() {
     static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
     return op;
   }
 
-  static R boxed(A... a) {
+  static OpInfo& info() {
+    static OpInfo& facts = info_for(handle());
+    return facts;
+  }
+
+  static R call(A... a) {
+    OpInfo& facts = info();
+    if (facts.backing_has_kernel && !facts.force_cpu.load(std::memory_order_relaxed) && !(Pass<A>::sparse(a) || ...)) {
+      facts.native_calls.fetch_add(1, std::memory_order_relaxed);
+      try {
+        return native(a...);
+      } catch (const c10::NotImplementedError&) {
+        // The backing has the op but not for these inputs: the boxed route serves the call (with
+        // the explicit CPU fallback), counted there.
+        if (host_backed()) throw;
+        facts.native_calls.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
     return c10::impl::BoxedKernelWrapper<R(A...)>::call(c10::BoxedKernel::makeFromFunction<&native_route>(), handle(),
                                                         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                         std::forward<A>(a)...);
   }
 
-  static R call(A... a) {
-    static OpInfo& info = info_for(handle());
-    if (!info.backing_has_kernel || info.force_cpu.load(std::memory_order_relaxed) || (Pass<A>::sparse(a) || ...)) {
-      return boxed(std::forward<A>(a)...);
-    }
-    info.native_calls.fetch_add(1, std::memory_order_relaxed);
-    {
-      NativeArguments args;  // declared first: its aliases return to the pool after the passes let go
-      size_t i = 0;
-      std::tuple<Pass<A>...> passes{Pass<A>(std::forward<A>(a), args, info.args[i++])...};
-      args.check_operands();
-      try {
-        if constexpr (std::is_void_v<R>) {
-          {
-            RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>());
-            std::apply([](auto&... p) { Op::call(p.get()...); }, passes);
-          }
-          for (auto& s : args.swaps) {
-            if (s.written) write_back(s);
-          }
-          return;
+  // The backing's kernel on aliases of the flagos arguments; its results as flagos tensors. The
+  // arguments are taken as lvalues: the boxed route may still need them intact.
+  static R native(A&... a) {
+    NativeArguments args;  // declared first: its aliases return to the pool after the passes let go
+    size_t i = 0;
+    std::tuple<Pass<A>...> passes{Pass<A>(a, args, info().args[i++])...};
+    args.check_operands();
+    if constexpr (std::is_void_v<R>) {
+      backing_call(passes);
+      args.write_back_written();
+    } else {
+      decltype(auto) r = backing_call(passes);
+      args.write_back_written();
+      if constexpr (std::is_reference_v<R>) {
+        return original_result<R>(r, passes);
+      } else {
+        const c10::DeviceIndex index = args.index >= 0 ? args.index : current_index();
+        if constexpr (IsTuple<R>::value) {
+          return std::apply([&](auto&&... v) { return R(flagos_value(std::move(v), args, index)...); }, std::move(r));
         } else {
-          std::optional<
-              std::conditional_t<std::is_reference_v<R>, std::reference_wrapper<std::remove_reference_t<R>>, R>>
-              r;
-          {
-            RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>());
-            r.emplace(std::apply([](auto&... p) -> R { return Op::call(p.get()...); }, passes));
-          }
-          for (auto& s : args.swaps) {
-            if (s.written) write_back(s);
-          }
-          if constexpr (std::is_reference_v<R>) {
-            return original_result<R>(r->get(), passes);
-          } else {
-            const c10::DeviceIndex index = args.index >= 0 ? args.index : current_index();
-            if constexpr (IsTuple<R>::value) {
-              return std::apply([&](auto&&... v) { return R(flagos_value(std::move(v), args, index)...); },
-                                std::move(*r));
-            } else {
-              return flagos_value(std::move(*r), args, index);
-            }
-          }
+          return flagos_value(std::move(r), args, index);
         }
-      } catch (const c10::NotImplementedError&) {
-        // The backing has the op but not for these inputs: the boxed route serves the call (with
-        // the explicit CPU fallback), counted there.
-        if (host_backed()) throw;
-        info.native_calls.fetch_sub(1, std::memory_order_relaxed);
       }
     }
-    return boxed(std::forward<A>(a)...);
+  }
+
+  static R backing_call(std::tuple<Pass<A>...>& passes) {
+    RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>());
+    return std::apply([](auto&... p) -> R { return Op::call(p.get()...); }, passes);
   }
 };
 
