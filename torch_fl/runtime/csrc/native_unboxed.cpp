@@ -22,10 +22,16 @@ namespace {
 
 // ---- arguments: each parameter type of an op's signature as the backing kernel sees it
 
+// Types that hold tensors, devices or generators and have no Pass of their own below.
+template <class T>
+constexpr bool kUnmapped =
+    std::is_same_v<T, at::Tensor> || std::is_same_v<T, at::Device> || std::is_same_v<T, at::Generator> ||
+    std::is_same_v<T, std::optional<at::Generator>> || std::is_same_v<T, c10::List<std::optional<at::Tensor>>> ||
+    std::is_same_v<T, std::vector<at::Tensor>>;
+
 template <class T>
 struct Pass {
-  static_assert(!std::is_same_v<std::decay_t<T>, at::Tensor> && !std::is_same_v<std::decay_t<T>, at::Generator> &&
-                    !std::is_same_v<std::decay_t<T>, std::optional<at::Generator>>,
+  static_assert(!kUnmapped<std::decay_t<T>>,
                 "an argument type the unboxed native route does not map: leave the op to the boxed route");
   T value;  // anything but tensors and devices goes through as it is
   Pass(T v, NativeArguments&, Arg) : value(static_cast<T>(v)) {}
