@@ -1,5 +1,5 @@
-// The C++ routes, registered as the PrivateUse1 boxed fallback so that every op without a Python
-// route kernel lands here:
+// The C++ routes, registered as the PrivateUse1 boxed fallback so that every op without a kernel
+// of its own (a Python route kernel, or the unboxed native kernel of a hot op) lands here:
 //   native: run the backing device's own aten kernel on zero-copy aliases (no Python, no copies);
 //   cpu:    the explicit CPU fallback for ops the backing lacks (or forced per op): copy to the
 //           host, run PyTorch's CPU kernel, copy back; counted and optionally logged.
