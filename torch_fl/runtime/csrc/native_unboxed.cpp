@@ -39,40 +39,35 @@ struct Pass {
   static bool sparse(const T&) { return false; }
 };
 
-template <>
-struct Pass<const at::Tensor&> {
-  const at::Tensor& original;
+// A tensor argument (`Ref`: const at::Tensor& or, for in-place and out= arguments, at::Tensor&):
+// its backing alias where it is a flagos tensor, written back after the call where the schema
+// says it is written.
+template <class Ref>
+struct TensorPass {
+  Ref original;
   at::Tensor alias;  // defined when the argument is a flagos tensor
-  Pass(const at::Tensor& t, NativeArguments& args, Arg kind) : original(t) {
+  TensorPass(Ref t, NativeArguments& args, Arg kind) : original(t) {
     if (is_flagos(t)) {
       alias = args.tensor(t, kind == Arg::kWrite);
     } else {
       args.other_tensor(t);
     }
   }
-  const at::Tensor& get() { return alias.defined() ? alias : original; }
-  const at::Tensor* original_of(const c10::TensorImpl* impl) const {
+  Ref get() { return alias.defined() ? alias : original; }
+  std::remove_reference_t<Ref>* original_of(const c10::TensorImpl* impl) const {
     return (alias.defined() ? alias : original).unsafeGetTensorImpl() == impl ? &original : nullptr;
   }
   static bool sparse(const at::Tensor& t) { return is_sparse_layout(t); }
 };
 
 template <>
-struct Pass<at::Tensor&> {
-  at::Tensor& original;
-  at::Tensor alias;
-  Pass(at::Tensor& t, NativeArguments& args, Arg) : original(t) {
-    if (is_flagos(t)) {
-      alias = args.tensor(t, true);
-    } else {
-      args.other_tensor(t);
-    }
-  }
-  at::Tensor& get() { return alias.defined() ? alias : original; }
-  at::Tensor* original_of(const c10::TensorImpl* impl) const {
-    return (alias.defined() ? alias : original).unsafeGetTensorImpl() == impl ? &original : nullptr;
-  }
-  static bool sparse(const at::Tensor& t) { return is_sparse_layout(t); }
+struct Pass<const at::Tensor&> : TensorPass<const at::Tensor&> {
+  using TensorPass::TensorPass;
+};
+
+template <>
+struct Pass<at::Tensor&> : TensorPass<at::Tensor&> {
+  using TensorPass::TensorPass;
 };
 
 template <>
