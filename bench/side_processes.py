@@ -86,9 +86,10 @@ def side_env(side: str, variant: str, table: Path, platform: str | None = None) 
 def timed_without_gc() -> Iterator[None]:
     """A timed block with Python's cyclic collector off (as `timeit` does), after a full collection.
 
-    A full collection in a process holding a transformers model takes milliseconds and comes every
-    few thousand allocations: in host-bound steps it made whole rounds of one side up to 2x slower
-    than its others, at random, on the H200's host. Every side is timed this way.
+    A full collection in a process holding a board-size transformers model takes about 160 ms (on
+    the two-core host) and comes after enough allocations: it would land in some rounds and not in
+    others. Every side is timed this way. (It is not what makes the H200's rounds vary by up to 2x:
+    those varied as much with it off.)
     """
     gc.collect()
     was_enabled = gc.isenabled()
