@@ -141,6 +141,7 @@ class Recorder:
         self.warmup_timeout = warmup_timeout
         self.warmup_paths = warmup_paths
         (run_dir / "inflight").mkdir(parents=True, exist_ok=True)
+        self.worker = worker
         self.trace_path = trace_path(run_dir, worker)
         self._trace = open(self.trace_path, "w")
         self._marker = os.open(inflight_path(run_dir, worker), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -158,6 +159,8 @@ class Recorder:
         self._phase: Any = None
         self._deadline = 0.0
         self._started, self._limit = 0.0, 0.0
+        self._item_started = 0.0
+        self._in_flight: str | None = None  # the gate key of the call running now
         self.refresh()
 
     # ---- what is already recorded (resume, and the re-run of an item after a crash)
@@ -199,7 +202,7 @@ class Recorder:
                 "op": case.op,
                 "dtype": case.dtype,
                 "path": case.path,
-                "keys": list(case.keys)[-1:],
+                "keys": [self._in_flight] if self._in_flight in case.keys else [],
             },
             "item_level": item_level,
             "started": since if since is not None else time.time(),
@@ -225,6 +228,7 @@ class Recorder:
     def begin_item(self, nodeid: str, case: CaseInfo, timeout: float | None = None) -> None:
         self.refresh()
         self.item, self.item_case, self.used_cases = nodeid, case, False
+        self._item_started = time.monotonic()
         self.item_limit = max(timeout or 0.0, self.item_timeout)
         self._mark(case, self.item_limit, item_level=True)
 
@@ -234,13 +238,16 @@ class Recorder:
             return
         os.ftruncate(self._marker, 0)
         if done:
-            journal.append(self.journal_file, {"kind": "item", "item": self.item})
+            entry = {"kind": "item", "item": self.item, "worker": self.worker, "t": round(time.time(), 3)}
+            journal.append(self.journal_file, {**entry, "s": round(time.monotonic() - self._item_started, 3)})
         self.item = self.item_case = None
 
     def write(self, case: CaseInfo) -> None:
         assert self.item is not None
+        # when and where it ended: what `conformance cost` reads to say where a run's time went
+        stamp = {"worker": self.worker, "t": round(time.time(), 3)}
         for entry in case.entries(self.item):
-            journal.append(self.journal_file, entry)
+            journal.append(self.journal_file, {**entry, **stamp})
             self._note_failure(entry)
             self.done_cases[entry["id"]] = entry["status"]
         self.done_cases[case.id] = case.status
@@ -255,12 +262,11 @@ class Recorder:
         case = self.current
         if case is None or (case.op is not None and op != case.op):
             return
-        phases = case.keys.get(key)
-        if phases is None:
-            phases = case.keys[key] = set()
-            # the in-flight key changed: a crash from here on is charged to it (same deadline)
+        case.keys.setdefault(key, set()).add(self._phase)
+        if key != self._in_flight:
+            # a crash or hang from here on is charged to this call's key (same deadline)
+            self._in_flight = key
             self._mark(case, max(1.0, self._deadline - time.monotonic()), since=self._started, limit=self._limit)
-        phases.add(self._phase)
 
     @contextmanager
     def case(
@@ -279,7 +285,7 @@ class Recorder:
         self._deadline = time.monotonic() + limit
         self._started, self._limit = time.time(), limit
         self._mark(case, limit)
-        self.current, self._phase = case, None
+        self.current, self._phase, self._in_flight = case, None, None
         start = time.perf_counter()
         try:
             yield case

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from torch_fl.conformance.cost import cost
 from torch_fl.fileio import write_atomically
 from torch_fl.platform.record import (
     RECORD_FORMAT,
@@ -69,6 +70,8 @@ class Collector:
         self.items_done: set[str] = set()
         self.sessions: list[dict[str, Any]] = []
         self.devices: set[str] = set()
+        self.item_seconds: dict[str, float] = {}
+        self.case_items: dict[str, str] = {}  # case id -> its item (for the run's cost)
 
     def seed(self, record_file: Path) -> None:
         """Start from a record's cases (`--add`); the run's own header and cases follow."""
@@ -85,9 +88,13 @@ class Collector:
             kind = entry.get("kind")
             if kind == "case":
                 self.cases[entry["id"]] = _case_fields(entry)
+                if entry.get("item"):
+                    self.case_items[entry["id"]] = entry["item"]
                 n += 1
             elif kind == "item":
                 self.items_done.add(entry["item"])
+                if entry.get("s") is not None:
+                    self.item_seconds[entry["item"]] = self.item_seconds.get(entry["item"], 0.0) + float(entry["s"])
             elif kind == "run":
                 self.header = entry
             elif kind == "session":
@@ -174,6 +181,11 @@ def build(
     cases = sorted(collector.cases.values(), key=lambda c: (c["suite"], c["id"]))
     summary = summarize(cases)
     summary.update(extra_summary or {})
+    if collector.item_seconds:
+        wall = sum(float(s.get("wall_s", 0.0)) for s in collector.sessions)
+        workers = max((int(s.get("workers") or 0) for s in collector.sessions), default=0)
+        with_items = ({**c, "item": collector.case_items.get(c["id"])} for c in cases)
+        summary["cost"] = cost(with_items, collector.item_seconds, wall, workers)
     machine = dict(header.get("machine", {}))
     machine["selection"] = header.get("selection", {})
     if collector.sessions:

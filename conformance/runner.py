@@ -309,6 +309,10 @@ def subprocess_env(platform: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIXES) and k not in _SCRUBBED}
     env["FLAGOS_PLATFORM"] = platform
     env["PYTHONUNBUFFERED"] = "1"
+    # Workers pin FlagGems' autotuners to untimed choices (Session.activate); a throw-away
+    # database keeps those choices out of the tuning results the runtime reads. In memory, one
+    # per worker, shared by its threads (autograd runs backward kernels in a thread of its own).
+    env["FLAGGEMS_DB_URL"] = "sqlite:///file:flaggems_conformance?mode=memory&cache=shared&uri=true"
     env.pop("PYTEST_ADDOPTS", None)
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env.pop("PYTEST_XDIST_AUTO_NUM_WORKERS", None)

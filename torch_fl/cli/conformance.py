@@ -133,6 +133,7 @@ def _run_data(name: str, outcome: RunOutcome) -> dict[str, Any]:
             failures_by_path=failures_by_path(s["by_path"]),
             cases_per_s=s.get("cases_per_s"),
             not_swept=s.get("not_swept", []),
+            cost=s.get("cost"),
         )
     return data
 
