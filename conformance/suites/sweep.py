@@ -18,8 +18,9 @@ per path with the same inputs (conformance/sweepcall.py), and the path must:
 
 A case is `sweep/<op>/<dtype>/<path>/<case>/<gate key>`: the gate enables the path for exactly
 the keys whose cases passed. A kernel that crashes or hangs fails the key in flight; the item
-goes on with its next case in a fresh worker (later cases of a key that failed on a path are
-skipped: its verdict is already failed, and each crash or hang costs a worker). Ops without a
+goes on with its next case in a fresh worker (later cases whose dtypes failed on a path, at any
+size, are skipped: the gate refuses those dtypes at every size, and each crash or hang costs a
+worker). Ops without a
 generator are listed as skipped cases `sweep/<op>/-/<path>/not-swept`, with the reason.
 """
 
@@ -46,7 +47,7 @@ from torch_fl.conformance.sweepcall import (
     with_outs,
 )
 from torch_fl.conformance.sweepgen import NotSwept, build, category, writes_self
-from torch_fl.platform.record import GATED_PATHS
+from torch_fl.platform.record import GATED_PATHS, without_size
 from torch_fl.routing.constraints import refusal
 from torch_fl.routing.gatekey import call_key
 
@@ -317,10 +318,15 @@ def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
         cpu_args, cpu_kwargs, _ = Plan(with_outs(plan.call, outs), overload).place("cpu")
         inputs = [t for t in cpu_args if isinstance(t, torch.Tensor)]
         key = call_key(overload, tuple(cpu_args), cpu_kwargs).text
+
+        def same(other: str, mine: str = without_size(key)) -> bool:
+            return without_size(other) == mine
+
         for path in todo:
-            if (op, path, key) in fl.recorder.failed_keys:
-                # a crash or hang costs a worker and the case timeout: one per key is enough
-                _skip_all(fl, ids, [path], op, dtype, f"its gate key {key} already failed on {path}")
+            refused = next((k for o, p, k in fl.recorder.failed_keys if (o, p) == (op, path) and same(k)), None)
+            if refused is not None:
+                # the gate refuses these dtypes at every size now; a crash or hang would cost a worker
+                _skip_all(fl, ids, [path], op, dtype, f"its dtypes already failed on {path} ({refused})")
                 continue
             with fl.case(ids[path], SUITE, op=op, dtype=dtype, path=path) as case:
                 fl.recorder.phase(spec.name)

@@ -4,9 +4,10 @@ One real `torch-fl conformance run sweep_chip --suite sweep` with thresholds dra
 this run inside the swept range: a kernel that crashes above a size, one that hangs above an
 extent, wrong values above a size, strides ignored for integers, wrong only for mixed dtypes, an
 in-place kernel that allocates, a nondeterministic one, a wrong output dtype, a write past the
-end; relu and tanh are correct. The record must disable each defective route for exactly the gate
-keys it fails, and a program run afterwards, at sizes below and above the thresholds, must get
-right results without aborting or hanging, with the good kernels served by `vendor`.
+end; relu and tanh are correct. The gate must refuse each defective route for the dtypes it fails at
+every size (below the threshold too: trust does not widen past the evidence), keep the good ones,
+and a program run afterwards, at sizes below and above the thresholds, must get right results
+without aborting or hanging, with the good kernels served by `vendor`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from conformance_helpers import FIXTURES, conformance, run_env
 
 from torch_fl.conformance.sizes import ELEMENTWISE_NUMELS, SIZES
@@ -76,6 +78,15 @@ def _passed(run: dict[str, Any], op: str) -> set[str]:
     return {k for k, v in _verdicts(run, op).items() if v == "passed"}
 
 
+def _proven(run: dict[str, Any], op: str) -> frozenset[str]:
+    """The keys the gate lets `op` run on vendor for, from the run's record."""
+    from torch_fl.platform.gating import Gate
+    from torch_fl.platform.loader import load_descriptor
+
+    gate = Gate.for_platform(load_descriptor(run["plats"] / "sweep_chip"), torch.__version__, forced=False)
+    return gate.proven_keys(op, "vendor")
+
+
 def _classes_above(threshold: int) -> set[str]:
     """Size classes with an elementwise size case above `threshold`."""
     return {size_class(n) for n in ELEMENTWISE_NUMELS if n > threshold}
@@ -88,25 +99,26 @@ def test_the_run_completes_and_says_which_paths_failed(sweep_run):
     assert out["cli_exit"] == 2 and out["cases_per_s"], out  # --fail-on-failure: a vendor failure fails CI
 
 
-def test_crash_above_a_size_disables_exactly_the_classes_above(sweep_run):
+def test_crash_above_a_size_refuses_the_dtypes_at_every_size(sweep_run):
     t = sweep_run["thresholds"]["crash_numel"]
-    assert _failed(sweep_run, "aten::neg") >= {f"float32@{c}" for c in _classes_above(t)}, sweep_run["thresholds"]
-    assert "float32@tiny" in _passed(sweep_run, "aten::neg")
-    below = {size_class(n) for n in ELEMENTWISE_NUMELS} - _classes_above(t)
-    assert {f"float32@{c}" for c in below} <= _passed(sweep_run, "aten::neg"), sweep_run["thresholds"]
+    assert _failed(sweep_run, "aten::neg"), sweep_run["thresholds"]
+    assert {k.rsplit("@", 1)[1] for k in _failed(sweep_run, "aten::neg")} <= _classes_above(t)
+    assert "float32@tiny" in _passed(sweep_run, "aten::neg")  # the evidence below the threshold stays...
+    assert not any(k.startswith("float32@") for k in _proven(sweep_run, "aten::neg"))  # ...and proves nothing
 
 
-def test_hang_above_an_extent_fails_its_keys_only(sweep_run):
+def test_hang_above_an_extent_refuses_its_dtypes(sweep_run):
     failed = _failed(sweep_run, "aten::mm")
     assert failed and all(k.startswith("float32,float32@") for k in failed), failed
-    assert _passed(sweep_run, "aten::mm"), "the small matmuls stay enabled"
+    assert "float32,float32@tiny" in _passed(sweep_run, "aten::mm"), "below the extent it passed..."
+    assert not any(k.startswith("float32,float32@") for k in _proven(sweep_run, "aten::mm")), "...and is not trusted"
 
 
 def test_wrong_values_for_large_inputs(sweep_run):
     t = sweep_run["thresholds"]["wrong_numel"]
     failed = _failed(sweep_run, "aten::add.Tensor")
-    assert {f"float32,float32@{c}" for c in _classes_above(t)} <= failed, (t, failed)
-    assert "float32,float32@tiny" in _passed(sweep_run, "aten::add.Tensor")
+    assert failed and {k.rsplit("@", 1)[1] for k in failed} <= _classes_above(t), (t, failed)
+    assert not any(k.startswith("float32,float32@") for k in _proven(sweep_run, "aten::add.Tensor"))
 
 
 def test_strides_ignored_for_integers(sweep_run):
@@ -137,7 +149,8 @@ def test_wrong_output_dtype(sweep_run):
 
 
 def test_write_past_the_end(sweep_run):
-    assert "float32->float32@huge" in _failed(sweep_run, "aten::sigmoid.out")
+    assert any(k.startswith("float32->float32@") for k in _failed(sweep_run, "aten::sigmoid.out"))
+    assert not any(k.startswith("float32->float32@") for k in _proven(sweep_run, "aten::sigmoid.out"))
 
 
 def test_good_kernels_pass_every_key(sweep_run):
@@ -186,8 +199,8 @@ def test_runtime_serves_good_keys_by_vendor_and_never_aborts_or_hangs(sweep_run)
     assert proc.returncode == 0, f"thresholds {sweep_run['thresholds']}:\n{proc.stderr[-3000:]}"
     served = {(op, path) for op, path, _ in json.loads(proc.stdout.strip().splitlines()[-1])}
     assert ("aten::relu", "vendor") in served and ("aten::tanh", "vendor") in served, served
-    for op in ("aten::neg", "aten::mm"):  # small on vendor, above the threshold not
-        assert (op, "vendor") in served and (op, "native") in served, (op, served)
+    for op in ("aten::neg", "aten::mm"):  # refused at every size: native serves the float32 calls
+        assert (op, "vendor") not in served and (op, "native") in served, (op, served)
 
 
 def test_explain_names_the_failing_keys(sweep_run):
@@ -203,4 +216,4 @@ def test_explain_names_the_failing_keys(sweep_run):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     vendor = next(p for p in json.loads(proc.stdout.strip().splitlines()[-1])["paths"] if p["path"] == "vendor")
-    assert "float32@tiny" in vendor["validated_keys"] and "float32@huge" not in vendor["validated_keys"], vendor
+    assert not any(k.startswith("float32@") for k in vendor["validated_keys"]), vendor

@@ -4,7 +4,9 @@
 proof, so they are always allowed and a platform never ends up with nothing. `flaggems`,
 `vendor` and `emulated` are allowed only for the gate keys (torch_fl.routing.gatekey: the dtypes
 of every argument and the size class of a call) that a valid record shows passing, with no
-failing case. A user who forces an unvalidated platform (FLAGOS_ALLOW_UNVALIDATED=1) gets every
+failing case at any size: one failing case refuses its op x dtypes x path at every size class,
+the ones that passed included (a kernel that breaks past some extent is not trusted short of it
+either, where the sweep happened not to cross that extent). A user who forces an unvalidated platform (FLAGOS_ALLOW_UNVALIDATED=1) gets every
 declared kernel set, and a warning; a descriptor cannot set that variable for itself.
 """
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from torch_fl import env
 from torch_fl.platform.descriptor import PlatformDescriptor
-from torch_fl.platform.record import ANY_KEY, RecordStatus, installed_kernel_versions, record_status
+from torch_fl.platform.record import ANY_KEY, RecordStatus, installed_kernel_versions, record_status, without_size
 
 ALWAYS_ALLOWED = frozenset({"native", "cpu"})
 
@@ -28,14 +30,17 @@ class Gate:
         self.status = status
         self.forced = forced and status.state != "valid"
         self._declared = frozenset(descriptor.kernels.declared())
-        # (op, path) -> the keys proven; a key failed anywhere, or an ANY_KEY veto, proves nothing
+        # (op, path) -> the keys proven; a key that failed at any size, or an ANY_KEY veto, proves nothing
         self._proven: dict[tuple[str, str], frozenset[str]] = {}
         if status.state == "valid" and status.record is not None:
             for op, paths in status.record.gate.items():
                 for path, verdicts in paths.items():
                     if verdicts.get(ANY_KEY) == "failed":
                         continue
-                    self._proven[(op, path)] = frozenset(k for k, v in verdicts.items() if v == "passed")
+                    refused = {without_size(k) for k, v in verdicts.items() if v == "failed"}
+                    self._proven[(op, path)] = frozenset(
+                        k for k, v in verdicts.items() if v == "passed" and without_size(k) not in refused
+                    )
 
     @classmethod
     def for_platform(

@@ -54,6 +54,13 @@ ANY_KEY = "*"
 Verdict = Literal["passed", "failed", "unjudged"]
 
 
+def without_size(key: str) -> str:
+    """`float32,float32@large` -> `float32,float32`: what a gate key says of a call but its size
+    class. The gate refuses every size of it once one size failed (verdicts never widen past the
+    evidence: a kernel wrong at one size is not trusted at the sizes nobody tried)."""
+    return key.rpartition("@")[0] if "@" in key else key
+
+
 class Case(BaseModel):
     """One conformance case: what ran (op x path, the gate keys of the calls it made), and how it ended.
 
