@@ -23,12 +23,16 @@ def _describe_mismatch(actual: torch.Tensor, expected: torch.Tensor, bad: torch.
     return f"{count}/{bad.numel()} elements differ, first at {list(index)}: got {a!r}, expected {e!r}"
 
 
-def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, reduce: int = 1) -> str | None:
+def compare_tensor(
+    actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, reduce: int = 1, signed_zeros: bool = False
+) -> str | None:
     """Values of `actual` against `expected` (a reference, cast here to `dtype`); None when close.
 
     Both are moved to the CPU; sparse ones of the same layout are compared as dense. Floating
     results: |a - e| <= atol + rtol * |e| with the reference rounded to `dtype` first (as FlagGems
-    does), NaN where and only where the reference has NaN, infinities equal. Integers and bool: exact.
+    does), NaN where and only where the reference has NaN, infinities equal. `signed_zeros`: where
+    both are zero, the sign too (-0.0 is not 0.0), as PyTorch's extremal-value tests check it; only
+    for a reference that gives its zeros' signs reproducibly. Integers and bool: exact.
     """
     if actual.layout != expected.layout:
         return f"layout {actual.layout}, expected {expected.layout}"
@@ -54,9 +58,19 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dt
     close = (a64 - e64).abs() <= atol + rtol * e64.abs()
     same_special = (a_nan & e_nan) | (~torch.isfinite(a64) & ~torch.isfinite(e64) & ~a_nan & ~e_nan & (a64 == e64))
     ok = torch.where(finite, close, same_special)
+    if signed_zeros:
+        ok &= ~_zero_sign_differs(a64, e64)
     if bool(ok.all()):
         return None
     return _describe_mismatch(a64, e64, ~ok) + f" (rtol {rtol:g}, atol {atol:g})"
+
+
+def _zero_sign_differs(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """Where both are zero with different signs (of either part, for complex ones)."""
+    if a.is_complex():
+        a_parts, e_parts = torch.view_as_real(a), torch.view_as_real(e)
+        return ((a_parts == 0) & (e_parts == 0) & (a_parts.signbit() != e_parts.signbit())).any(-1)
+    return (a == 0) & (e == 0) & (a.signbit() != e.signbit())
 
 
 def compare_value(actual: Any, expected: Any, dtype: torch.dtype, reduce: int = 1) -> str | None:

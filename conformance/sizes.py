@@ -1,4 +1,5 @@
-"""What the sweep suite runs each op at: sizes by op category, layouts, mixed dtypes. One table to read.
+"""What the sweep suite runs each op at: sizes by op category, layouts, mixed dtypes, special values.
+One table to read.
 
 Kernels switch code paths where sizes cross powers of two (tails, tiles, block and grid limits) and
 overflow where extents grow, so each category's sizes sit around those edges and reach every size
@@ -14,6 +15,11 @@ class of the gate key (torch_fl.routing.gatekey.SIZE_CLASSES: tiny <= 2^8, small
 
 Compute-heavy categories (matmul, attention, conv) run their size sweep in floating dtypes only;
 other dtypes get their layouts there. Every category gets every layout that applies to it.
+
+Random inputs never hold NaN, infinities, signed zeros or subnormals and (for floats) never tie,
+so every category also runs its special-value cases at SPECIAL_SIZES: one small, one above 2^12
+elements. EXTREMAL_KIND says which extremal values a category's inputs get, and VALUE_KINDS what
+each kind holds (conformance/sweepcall.py makes them).
 """
 
 from __future__ import annotations
@@ -88,3 +94,38 @@ HEAVY = frozenset({"matmul", "attention", "conv"})
 
 GUARD = 64
 """Sentinel elements on each side of an in-place or out= target, to catch writes past its end."""
+
+SPECIAL_SIZES: dict[str, tuple[tuple[int, ...], ...]] = {
+    "elementwise": (LAYOUT_DIMS["elementwise"], (65, 65)),
+    "reduction": (LAYOUT_DIMS["reduction"], (3, 4097)),  # rows that span several 1024-blocks: ties across them
+    "matmul": (LAYOUT_DIMS["matmul"], (65, 65, 65)),  # K below sweep_chip's hang threshold (test fixture)
+    "norm": (LAYOUT_DIMS["norm"], (2, 17, 257)),
+    "attention": (LAYOUT_DIMS["attention"], (1, 2, 64, 64)),
+    "conv": (LAYOUT_DIMS["conv"], (1, 3, 40, 40, 8, 3, 1, 1)),
+}
+"""Category -> the dims of its special-value cases: two size classes (small, and medium by its
+largest tensor argument)."""
+
+VALUE_KINDS: dict[str, str] = {
+    "extremal": "1 in 16 elements NaN, +-inf, +-0.0, subnormals, the smallest normal, and the dtype's "
+    "max and max/2 (one sign per row, so whether a row's sum overflows does not depend on the order "
+    "of its additions); integers: max, min, max - 1 and min + 1 among magnitudes 2..5 (no 0 and no -1: "
+    "integer division by zero and min // -1 trap)",
+    "extremal-sparse": "1 in 128 elements NaN, +-inf, +-0.0 or subnormals, no huge finite values",
+    "ties": "values from {-1, 0, 1, 2} (integers {-2, -1, 1, 2}, unsigned {1, 2, 3}), every third row all equal",
+}
+"""What each kind of special inputs holds (`Spec.values`); a tensor whose dtype the op fixes (a
+mask, a scale) keeps its ordinary values."""
+
+EXTREMAL_KIND: dict[str, str] = {
+    "elementwise": "extremal",
+    "reduction": "extremal",
+    "matmul": "extremal-sparse",
+    "norm": "extremal-sparse",
+    "attention": "extremal-sparse",
+    "conv": "extremal-sparse",
+}
+"""Category -> its extremal kind. Where outputs accumulate many products or normalise (matmul, norm,
+attention, conv) the accumulation order is the kernel's own, and whether huge finite values overflow
+on the way depends on it: those categories get the non-finite values and subnormals only, sparse
+enough that most outputs stay finite."""

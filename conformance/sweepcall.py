@@ -2,11 +2,14 @@
 
 A call's tensors are planned once on the CPU (values, and the view that lays them out) and placed
 afresh for every run, so the native route and each path see the same inputs in the same layout.
+Values are random (randn; small nonzero integers), or special ones of a kind named in
+conformance/sizes.py VALUE_KINDS: extremes, non-finite values, signed zeros, subnormals, ties.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +31,10 @@ class Planned:
     guarded: bool = False  # base is GUARD elements either side of the view
 
 
-def _values(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+def _values(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator, values: str | None = None) -> torch.Tensor:
+    """Input values: random (`values` None), or special ones of that kind."""
+    if values is not None:
+        return _special(shape, dtype, g, values)
     if dtype == torch.bool:
         return torch.randint(0, 2, shape, generator=g).bool()
     if dtype.is_floating_point or dtype.is_complex:
@@ -40,32 +46,119 @@ def _values(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> t
     return (magnitude * sign).to(dtype)
 
 
+_DENSITY = {"extremal": 1 / 16, "extremal-sparse": 1 / 128}
+_UNSIGNED = (torch.uint8, torch.uint16, torch.uint32, torch.uint64)
+
+
+def _row_sign(shape: tuple[int, ...]) -> torch.Tensor:
+    """+1 on even rows (runs of the last dim), -1 on odd ones: a row's huge values share a sign."""
+    n = math.prod(shape)
+    width = shape[-1] if shape and shape[-1] else 1
+    return (1 - 2 * ((torch.arange(n) // width) % 2)).reshape(shape).double()
+
+
+def _extremal_floats(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator, kind: str) -> torch.Tensor:
+    """float64 values, exact in `dtype`: randn with 1 in `_DENSITY[kind]` replaced by special values."""
+    fi = torch.finfo(dtype)
+    inf, nan = float("inf"), float("nan")
+    edge = [nan, inf, -inf, 0.0, -0.0, fi.tiny / 2, -fi.tiny / 2, fi.tiny * fi.eps, fi.tiny, -fi.tiny]
+    huge = [fi.max, fi.max / 2] if kind == "extremal" else []
+    table = torch.tensor(edge + huge, dtype=torch.float64)
+    is_huge = torch.tensor([False] * len(edge) + [True] * len(huge))
+    base = torch.randn(shape, generator=g, dtype=torch.float64)
+    chosen = torch.rand(shape, generator=g, dtype=torch.float64) < _DENSITY[kind]
+    which = torch.randint(len(table), shape, generator=g)
+    special = torch.where(is_huge[which], table[which] * _row_sign(shape), table[which])
+    return torch.where(chosen, special, base)
+
+
+def _extremal_integers(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator, kind: str) -> torch.Tensor:
+    """Magnitudes 2..5 with 1 in `_DENSITY[kind]` replaced by the dtype's extremes (min + 1 too)."""
+    info = torch.iinfo(dtype)
+    unsigned = dtype in _UNSIGNED
+    magnitude = torch.randint(2, 6, shape, generator=g)  # no 0 and no -1: x // 0 and min // -1 trap
+    sign = torch.ones(shape, dtype=torch.int64) if unsigned else torch.randint(0, 2, shape, generator=g) * 2 - 1
+    if dtype == torch.uint64:
+        table = [-1, -2]  # max and max - 1, beyond int64: they wrap to them in the cast below
+    elif unsigned:
+        table = [info.max, info.max - 1]  # min is 0: division by zero
+    else:
+        table = [info.max, info.min, info.max - 1, info.min + 1]
+    chosen = torch.rand(shape, generator=g, dtype=torch.float64) < _DENSITY[kind]
+    which = torch.randint(len(table), shape, generator=g)
+    return torch.where(chosen, torch.tensor(table)[which], magnitude * sign).to(dtype)
+
+
+def _ties(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    """Few distinct values, every third row (run of the last dim) one value throughout."""
+    if dtype == torch.bool:
+        pool = [False, True]
+    elif dtype.is_floating_point or dtype.is_complex:
+        pool = [-1, 0, 1, 2]
+    else:
+        pool = [1, 2, 3] if dtype in _UNSIGNED else [-2, -1, 1, 2]  # no 0: integer division by zero raises
+    table = torch.tensor(pool, dtype=torch.float64)
+    t = table[torch.randint(len(pool), shape, generator=g)]
+    if dtype.is_complex:
+        t = torch.complex(t, table[torch.randint(len(pool), shape, generator=g)])
+    if len(shape) >= 2 and t.numel():
+        rows = t.reshape(-1, shape[-1])
+        rows[::3] = rows[::3, :1].clone()
+    return t.to(dtype)
+
+
+def _special(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator, kind: str) -> torch.Tensor:
+    """Special inputs of `kind` (conformance/sizes.py VALUE_KINDS), made in a wide dtype and cast exactly."""
+    if kind == "ties":
+        return _ties(shape, dtype, g)
+    if kind not in _DENSITY:
+        raise ValueError(f"no special values named {kind!r}")
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_complex:
+        real, imag = (_extremal_floats(shape, dtype, g, kind) for _ in range(2))  # finfo: the component's
+        return torch.complex(real, imag).to(dtype)
+    if dtype.is_floating_point:
+        return _extremal_floats(shape, dtype, g, kind).to(dtype)
+    return _extremal_integers(shape, dtype, g, kind)
+
+
 def plan_tensor(
-    shape: tuple[int, ...], dtype: torch.dtype, layout: str | None, guarded: bool, g: torch.Generator
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    layout: str | None,
+    guarded: bool,
+    g: torch.Generator,
+    values: str | None = None,
 ) -> tuple[Planned, bool]:
-    """The tensor of logical `shape` in `layout`; also whether the layout applied to it."""
+    """The tensor of logical `shape` in `layout`; also whether the layout applied to it. `values`
+    names a kind of special inputs (conformance/sizes.py VALUE_KINDS); None: random ones."""
     n = 1
     for s in shape:
         n *= s
+
+    def fill(dims: tuple[int, ...]) -> torch.Tensor:
+        return _values(dims, dtype, g, values)
+
     if guarded:
-        return Planned(_values((GUARD + n + GUARD,), dtype, g), lambda t: t[GUARD : GUARD + n].view(shape), True), False
+        return Planned(fill((GUARD + n + GUARD,)), lambda t: t[GUARD : GUARD + n].view(shape), True), False
     if layout == "transposed" and len(shape) >= 2:
         swapped = shape[:-2] + (shape[-1], shape[-2])
-        return Planned(_values(swapped, dtype, g), lambda t: t.transpose(-1, -2)), True
+        return Planned(fill(swapped), lambda t: t.transpose(-1, -2)), True
     if layout == "strided" and len(shape) >= 1:
         wide = shape[:-1] + (2 * shape[-1],)
-        return Planned(_values(wide, dtype, g), lambda t: t[..., ::2]), True
+        return Planned(fill(wide), lambda t: t[..., ::2]), True
     if layout == "offset":
-        return Planned(_values((n + 1,), dtype, g), lambda t: t[1:].view(shape)), True
+        return Planned(fill((n + 1,)), lambda t: t[1:].view(shape)), True
     if layout == "expanded" and len(shape) >= 1 and shape[0] > 1:
-        return Planned(_values((1,) + shape[1:], dtype, g), lambda t: t.expand(shape)), True
+        return Planned(fill((1,) + shape[1:]), lambda t: t.expand(shape)), True
     if layout == "channels_last" and len(shape) == 4:
-        return Planned(_values(shape, dtype, g), lambda t: t.contiguous(memory_format=torch.channels_last)), True
+        return Planned(fill(shape), lambda t: t.contiguous(memory_format=torch.channels_last)), True
     if layout == "0-dim":
-        return Planned(_values((), dtype, g), lambda t: t), True
+        return Planned(fill(()), lambda t: t), True
     if layout == "empty" and len(shape) >= 2:  # the batch dim; weights and biases keep their size
-        return Planned(_values((0,) + shape[1:], dtype, g), lambda t: t), True
-    return Planned(_values(shape, dtype, g), lambda t: t), False
+        return Planned(fill((0,) + shape[1:]), lambda t: t), True
+    return Planned(fill(shape), lambda t: t), False
 
 
 @dataclass
@@ -156,8 +249,11 @@ def _is_fp8(dtype: torch.dtype) -> bool:
     return "float8" in str(dtype)
 
 
-def compare_runs(got: Observed, native: Observed, dtype: torch.dtype, inputs: list[torch.Tensor]) -> list[str]:
-    """Values and metadata of every output and written target of `got` against `native`."""
+def compare_runs(
+    got: Observed, native: Observed, dtype: torch.dtype, inputs: list[torch.Tensor], signed_zeros: bool = False
+) -> list[str]:
+    """Values and metadata of every output and written target of `got` against `native`;
+    `signed_zeros`: a zero's sign must be the native's too."""
     problems: list[str] = []
     pairs = list(zip(got.outputs, native.outputs)) + list(zip(got.written, native.written))
     for i, (a, e) in enumerate(pairs):
@@ -177,7 +273,7 @@ def compare_runs(got: Observed, native: Observed, dtype: torch.dtype, inputs: li
                 problems.append(f"output {i}: FP8 bits differ from the native route's")
             continue
         reduce = reduction_length(inputs, e) if e.dim() else max(1, max((t.numel() for t in inputs), default=1))
-        why = compare.compare_tensor(a, e.cpu(), e.dtype, reduce)
+        why = compare.compare_tensor(a, e.cpu(), e.dtype, reduce, signed_zeros=signed_zeros)
         if why:
             problems.append(f"output {i}: {why}")
     return problems

@@ -14,7 +14,13 @@ per path with the same inputs (conformance/sweepcall.py), and the path must:
 - leave its inputs as they were; write an in-place `self` and return it, in the same storage;
   write `out=` and return it; write nothing in the guard elements around an in-place or `out=`
   target (size cases);
-- give bitwise-equal results on two identical calls where the native route does.
+- give bitwise-equal results on two identical calls where the native route does;
+- on special inputs (`special=extremal`: NaN, +-inf, +-0.0, subnormals, the dtype's extremes, and
+  finite values whose sum overflows; `special=ties`: many equal values, all-equal rows; the kinds
+  in conformance/sizes.py VALUE_KINDS), at a small and a medium size: NaN exactly where the native
+  result has NaN, infinities equal, the sign of every zero the native's (where the native route's
+  results are reproducible), and an index-returning reduction the first index of equal values,
+  as PyTorch defines it (index outputs are exact, as every integer output).
 
 A case is `sweep/<op>/<dtype>/<path>/<case>/<gate key>`: the gate enables the path for exactly
 the keys whose cases passed. A kernel that crashes or hangs fails the key in flight; the item
@@ -35,7 +41,15 @@ import pytest
 import torch
 
 from torch_fl.conformance import compare
-from torch_fl.conformance.sizes import HEAVY, LAYOUT_DIMS, LAYOUTS, MIXED_SIZES, SIZES
+from torch_fl.conformance.sizes import (
+    EXTREMAL_KIND,
+    HEAVY,
+    LAYOUT_DIMS,
+    LAYOUTS,
+    MIXED_SIZES,
+    SIZES,
+    SPECIAL_SIZES,
+)
 from torch_fl.conformance.sweepcall import (
     Plan,
     Planned,
@@ -167,6 +181,7 @@ class Spec:
     extra: dict[str, Any] = field(default_factory=dict)  # keyword arguments set
     out_dtype: torch.dtype | None = None
     guarded: bool = False
+    values: str | None = None  # a kind of special inputs (sizes.VALUE_KINDS); None: random ones
 
 
 def _dims_name(dims: tuple[int, ...]) -> str:
@@ -211,8 +226,13 @@ def _mixes(overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype) -> lis
     return out
 
 
+def special_kinds(cat: str, dtype: torch.dtype) -> list[str]:
+    """The kinds of special inputs a case of `cat` in `dtype` gets (bool has no extremes)."""
+    return ["ties"] + ([EXTREMAL_KIND[cat]] if dtype != torch.bool else [])
+
+
 def specs(op: str, overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype) -> list[Spec]:
-    """Every case of `op` in `dtype`: sizes, kwarg variants, layouts, dtype mixes."""
+    """Every case of `op` in `dtype`: sizes, kwarg variants, layouts, dtype mixes, special values."""
     floating = dtype.is_floating_point or dtype.is_complex
     sizes = SIZES[cat] if (floating or cat not in HEAVY) else ()
     out = []
@@ -230,6 +250,11 @@ def specs(op: str, overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype
         for name, fields in _mixes(overload, cat, dtype):
             fields = {**fields, "extra": {**base, **fields.get("extra", {})}}
             out.append(Spec(f"mixed:{name},size={_dims_name(dims)}", dims, **fields))
+    # last, so that the cases above keep their place in a run; each has its own seed (by name) anyway
+    for kind in special_kinds(cat, dtype):
+        for dims in SPECIAL_SIZES[cat]:
+            name = f"special={kind.split('-')[0]},size={_dims_name(dims)}"
+            out.append(Spec(name, dims, extra=dict(base), values=kind))
     return out
 
 
@@ -245,7 +270,8 @@ def make_plan(overload: torch._ops.OpOverload, cat: str, spec: Spec, dtype: torc
             shape = ()
         guarded = spec.guarded and inplace_self and role in first
         role_dtype = spec.role_dtype.get(role, ROLE_DTYPES.get(role, dtype))
-        planned, did = plan_tensor(shape, role_dtype, spec.layout, guarded, g)
+        values = None if role in ROLE_DTYPES else spec.values  # a mask or a scale keeps ordinary values
+        planned, did = plan_tensor(shape, role_dtype, spec.layout, guarded, g, values)
         applied.append(did)
         return planned
 
@@ -334,7 +360,9 @@ def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
                 got = run_call(plan, outs, judge_inputs=not inplace, route=forced)
                 second = run_call(plan, outs, judge_inputs=False, route=forced) if deterministic else None
                 fl.synchronize()
-                problems = got.problems + compare_runs(got, native, torch_dtype, inputs)
+                # special inputs: the sign of a zero counts too, where the native route's own is reproducible
+                signed_zeros = spec.values is not None and deterministic
+                problems = got.problems + compare_runs(got, native, torch_dtype, inputs, signed_zeros)
                 if second is not None and not same_results(got, second):
                     problems.append("not deterministic: two identical calls differ, where the native route's agree")
                 _conclude(case, problems)

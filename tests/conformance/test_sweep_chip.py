@@ -1,10 +1,11 @@
-"""The sweep suite catches defects that only sizes, layouts and dtype mixes show (fixtures/sweep_chip).
+"""The sweep suite catches defects that only sizes, layouts, dtype mixes and special values show
+(fixtures/sweep_chip).
 
 One real `torch-fl conformance run sweep_chip --suite sweep` with thresholds drawn at random for
 this run inside the swept range: a kernel that crashes above a size, one that hangs above an
 extent, wrong values above a size, strides ignored for integers, wrong only for mixed dtypes, an
 in-place kernel that allocates, a nondeterministic one, a wrong output dtype, a write past the
-end; relu and tanh are correct. The gate must refuse each defective route for the dtypes it fails at
+end, NaN turned into 0, argmax giving the last of equal values; relu and tanh are correct. The gate must refuse each defective route for the dtypes it fails at
 every size (below the threshold too: trust does not widen past the evidence), keep the good ones,
 and a program run afterwards, at sizes below and above the thresholds, must get right results
 without aborting or hanging, with the good kernels served by `vendor`.
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 import torch
-from conformance_helpers import FIXTURES, conformance, run_env
+from conformance_helpers import FIXTURES, cases_by_id, conformance, run_env
 
 from torch_fl.conformance.sizes import ELEMENTWISE_NUMELS, SIZES
 from torch_fl.routing.gatekey import size_class
@@ -85,6 +86,19 @@ def _proven(run: dict[str, Any], op: str) -> frozenset[str]:
 
     gate = Gate.for_platform(load_descriptor(run["plats"] / "sweep_chip"), torch.__version__, forced=False)
     return gate.proven_keys(op, "vendor")
+
+
+def _cases(run: dict[str, Any], op: str, dtype: str) -> dict[str, dict[str, Any]]:
+    """The vendor cases of `op` in `dtype`, by id."""
+    if "cases" not in run:
+        run["cases"] = cases_by_id(Path(run["out"]["record"]))
+    prefix = f"sweep/{op}/{dtype}/vendor/"
+    return {i: c for i, c in run["cases"].items() if i.startswith(prefix)}
+
+
+def _special(cases: dict[str, dict[str, Any]], kind: str | None = None) -> dict[str, dict[str, Any]]:
+    """The special-value cases among `cases` (of that kind, if given)."""
+    return {i: c for i, c in cases.items() if f"/special={kind or ''}" in i}
 
 
 def _classes_above(threshold: int) -> set[str]:
@@ -153,11 +167,39 @@ def test_write_past_the_end(sweep_run):
     assert not any(k.startswith("float32->float32@") for k in _proven(sweep_run, "aten::sigmoid.out"))
 
 
+def test_nan_turned_into_zero_is_refused_for_floats(sweep_run):
+    cases = _cases(sweep_run, "aten::exp2", "float32")
+    plain = {i: c["status"] for i, c in cases.items() if i not in _special(cases)}
+    assert plain and set(plain.values()) == {"passed"}, plain  # random inputs never hold a NaN...
+    nan = [
+        c for c in _special(cases, "extremal").values() if c["status"] == "failed" and "expected nan" in c["message"]
+    ]
+    assert nan, _special(cases)  # ...the extremal case does
+    assert not any(k.startswith("float32@") for k in _proven(sweep_run, "aten::exp2"))
+    integers = {k: v for k, v in _verdicts(sweep_run, "aten::exp2").items() if k.startswith("int32")}
+    assert integers and set(integers.values()) == {"passed"}, integers  # exp2 of an integer is never NaN
+
+
+def test_argmax_giving_the_last_of_equal_values_is_refused(sweep_run):
+    cases = _cases(sweep_run, "aten::argmax", "float32")
+    plain = {i: c["status"] for i, c in cases.items() if i not in _special(cases)}
+    assert plain and set(plain.values()) == {"passed"}, plain  # random floats never tie...
+    assert any(c["status"] == "failed" for c in _special(cases, "ties").values()), _special(cases)  # ...ties do
+    assert not any(k.startswith("float32@") for k in _proven(sweep_run, "aten::argmax"))
+    assert "int32@small" in _failed(sweep_run, "aten::argmax")  # small random integers tie already
+    assert not any(k.startswith("int32@") for k in _proven(sweep_run, "aten::argmax"))
+
+
 def test_good_kernels_pass_every_key(sweep_run):
     for op in ("aten::relu", "aten::tanh"):
         verdicts = _verdicts(sweep_run, op)
         assert verdicts and set(verdicts.values()) == {"passed"}, (op, verdicts)
         assert {k.rsplit("@", 1)[1] for k in verdicts} >= {"tiny", "small", "medium", "large", "huge"}
+        for dtype in ("float32", "int32"):  # special values too, at two size classes
+            for kind in ("extremal", "ties"):
+                special = _special(_cases(sweep_run, op, dtype), kind)
+                assert {c["status"] for c in special.values()} == {"passed"}, (op, dtype, kind, special)
+                assert {k.rsplit("@", 1)[1] for c in special.values() for k in c["keys"]} == {"small", "medium"}
 
 
 PROGRAM = r"""

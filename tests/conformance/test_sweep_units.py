@@ -129,3 +129,98 @@ def test_every_category_reaches_every_size_class_by_its_largest_argument(categor
         build(resolve(f"aten::{op}"), category_name, dims, lambda role, shape: shapes.append(shape))
         classes.add(size_class(max(math.prod(s) for s in shapes)))
     assert classes == ALL_CLASSES, (op, classes)
+
+
+# ---- special values
+def test_every_category_gets_special_cases_last_at_two_size_classes():
+    from torch_fl.kernels.base import resolve
+
+    for cat, op in (("elementwise", "abs"), ("reduction", "argmax"), ("matmul", "mm"), ("norm", "native_layer_norm")):
+        overload = resolve(f"aten::{op}")
+        for dtype in (torch.float32, torch.int32):
+            cases = specs(f"aten::{op}", overload, cat, dtype)
+            special = [s for s in cases if s.values is not None]
+            assert {s.name.split(",")[0] for s in special} == {"special=ties", "special=extremal"}, (op, dtype)
+            assert cases[-len(special) :] == special  # the other cases keep their place (and names, seeds)
+            classes = set()
+            for spec in special:
+                shapes: list[tuple[int, ...]] = []
+                build(overload, cat, spec.dims, lambda role, shape, shapes=shapes: shapes.append(shape))
+                classes.add(size_class(max(math.prod(s) for s in shapes)))
+            assert classes == {"small", "medium"}, (op, classes)
+    bools = specs("aten::abs", resolve("aten::abs"), "elementwise", torch.bool)
+    assert {s.name.split(",")[0] for s in bools if s.values} == {"special=ties"}  # no extremes in bool
+
+
+def _special(shape, dtype, kind, seed=0):
+    planned, applied = plan_tensor(shape, dtype, None, False, torch.Generator().manual_seed(seed), kind)
+    assert not applied
+    return planned.view(planned.base)
+
+
+def test_random_values_are_unchanged_without_a_kind():
+    planned, _ = plan_tensor((33, 17), torch.float32, None, False, torch.Generator().manual_seed(3))
+    expected = torch.randn((33, 17), generator=torch.Generator().manual_seed(3), dtype=torch.float64).float()
+    assert torch.equal(planned.base, expected)  # existing records stay comparable
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_extremal_floats_hold_every_special_value(dtype):
+    t = _special((65, 65), dtype, "extremal").double()
+    fi = torch.finfo(dtype)
+    assert t.isnan().any() and (t == math.inf).any() and (t == -math.inf).any()
+    assert ((t == 0) & t.signbit()).any() and ((t == 0) & ~t.signbit()).any()
+    assert ((t != 0) & (t.abs() < fi.tiny)).any(), "no subnormal"
+    assert (t == fi.max).any() and (t == fi.min).any() and (t.abs() == fi.max / 2).any()
+    finite = t[t.isfinite()]
+    assert (finite.abs() < 10).float().mean() > 0.8  # ordinary values around them
+    huge = (t.isfinite() & (t.abs() >= fi.max / 2)).double() * t.sign()  # infinities: either sign
+    rows = huge.reshape(65, 65)
+    assert ((rows >= 0).all(1) | (rows <= 0).all(1)).all(), "a row's huge values share a sign"
+    assert torch.equal(
+        _special((65, 65), dtype, "extremal", seed=1).isnan(), _special((65, 65), dtype, "extremal", 1).isnan()
+    )
+
+
+def test_sparse_extremal_values_have_no_huge_finite_values():
+    t = _special((65, 65), torch.float32, "extremal-sparse")
+    assert t.isnan().any() and t.isinf().any()
+    assert t[t.isfinite()].abs().max() < 100
+
+
+def test_extremal_complex_values_in_both_parts():
+    t = _special((65, 65), torch.complex64, "extremal")
+    assert t.real.isnan().any() and t.imag.isinf().any()
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64, torch.uint8])
+def test_extremal_integers_hold_the_extremes_and_never_trap(dtype):
+    t = _special((65, 65), dtype, "extremal")
+    info = torch.iinfo(dtype)
+    assert (t == info.max).any()
+    assert not (t == 0).any()  # x // 0 traps on the CPU...
+    if info.min < 0:
+        assert (t == info.min).any() and not (t == -1).any()  # ...and so does min // -1
+    torch.floor_divide(t, t.flip(0))  # so the native op itself does not raise
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.uint8, torch.bool])
+def test_ties_repeat_values_and_make_all_equal_rows(dtype):
+    t = _special((33, 17), dtype, "ties")
+    assert t.dtype == dtype and len(t.unique()) <= 4
+    assert (t[::3] == t[::3, :1]).all()  # every third row one value throughout
+    if dtype != torch.bool:
+        assert dtype.is_floating_point or not (t == 0).any()  # integer division by zero raises
+        first = torch.argmax(t, -1)
+        last = t.shape[-1] - 1 - torch.argmax(t.flip(-1), -1)
+        assert (first != last).float().mean() > 0.5  # an argmax giving the last of equal values fails
+
+
+def test_masks_and_scales_keep_their_ordinary_values():
+    from torch_fl.conformance.suites.sweep import Spec, make_plan
+
+    spec = Spec("special=extremal", (33, 17), values="extremal")
+    plan = make_plan(torch.ops.aten.where.self, "elementwise", spec, torch.float32, 0)
+    condition, *others = plan.call.args
+    assert condition.base.dtype == torch.bool
+    assert all(o.base.isnan().any() for o in others)

@@ -35,6 +35,28 @@ def test_compare_tensor_values_nan_and_integers() -> None:
     assert compare.compare_tensor(torch.tensor([1, 2]), torch.tensor([1, 3]), torch.int64).startswith("1/2")
 
 
+def test_compare_tensor_special_values_and_signed_zeros() -> None:
+    inf, nan = float("inf"), float("nan")
+    ref = torch.tensor([0.0, -0.0, inf, -inf, nan, 1.0])
+    assert compare.compare_tensor(ref.clone(), ref, torch.float32, signed_zeros=True) is None
+    flipped = torch.tensor([-0.0, -0.0, inf, -inf, nan, 1.0])
+    assert compare.compare_tensor(flipped, ref, torch.float32) is None  # by value, -0.0 == 0.0...
+    assert compare.compare_tensor(flipped, ref, torch.float32, signed_zeros=True).startswith("1/6 elements differ")
+    near = torch.tensor([1e-30, -0.0, inf, -inf, nan, 1.0])  # ...and a nonzero result keeps its tolerance
+    assert compare.compare_tensor(near, ref, torch.float32, signed_zeros=True) is None
+    for wrong in (
+        [0.0, -0.0, -inf, -inf, nan, 1.0],
+        [0.0, -0.0, inf, -inf, 0.0, 1.0],
+        [0.0, -0.0, inf, -inf, nan, nan],
+    ):
+        assert compare.compare_tensor(torch.tensor(wrong), ref, torch.float32) is not None, wrong  # exact, always
+    z = torch.complex(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert compare.compare_tensor(z.conj(), z, torch.complex64, signed_zeros=True) is not None
+    assert compare.compare_tensor(z.conj(), z, torch.complex64) is None
+    indices = torch.tensor([0, 3])  # argmax: exact, whatever the tolerance of its input's dtype
+    assert compare.compare_value(torch.tensor([0, 2]), indices, torch.float32).startswith("1/2 elements differ")
+
+
 def test_compare_tensor_sparse_results_by_value_and_layout() -> None:
     ref = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
     assert compare.compare_tensor(ref.to_sparse_csr(), ref.double().to_sparse_csr(), torch.float32) is None
