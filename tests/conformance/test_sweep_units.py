@@ -152,7 +152,7 @@ def test_every_category_gets_special_cases_last_at_two_size_classes():
     assert {s.name.split(",")[0] for s in bools if s.values} == {"special=ties"}  # no extremes in bool
 
 
-def _special(shape, dtype, kind, seed=0):
+def _special(shape: tuple[int, ...], dtype: torch.dtype, kind: str, seed: int = 0) -> torch.Tensor:
     planned, applied = plan_tensor(shape, dtype, None, False, torch.Generator().manual_seed(seed), kind)
     assert not applied
     return planned.view(planned.base)
