@@ -8,6 +8,8 @@
 # checkout; an unfinished run leaves its journal in $OUT instead, to carry in .carry/ next time.
 #
 #   tests        runtime, compile, distributed (one GPU), FP8 against the GPU, onboarding --like nvidia_h200
+#   capture      torch-fl conformance capture --device cuda: the zoo's calls at board sizes (copy
+#                zoo_calls.json.gz back into conformance/)
 #   conformance  torch-fl conformance run nvidia_h200 ($CONFORMANCE_ARGS); a journal in .carry/ is resumed
 #   tune         torch-fl routes tune nvidia_h200 on $TUNE_WORKLOAD (large), $TUNE_ARGS (--include-gemm),
 #                checked on the zoo models $TUNE_ZOO (llama,gpt2,bert,vit; empty: no zoo check)
@@ -55,6 +57,8 @@ for stage in ${STAGES:-tests}; do
       timeout $(( $(left) < ${TESTS_TIMEOUT:-300} ? $(left) : ${TESTS_TIMEOUT:-300} )) $PY -m pytest -q -p no:cacheprovider \
         --timeout 240 -n ${TEST_WORKERS:-8} ${PYTEST_ARGS:-} ${TESTS:-tests/runtime tests/runtime_integrations \
         tests/routing/test_emulated_fp8.py tests/onboarding/test_end_to_end.py::test_onboard_like_nvidia_h200_on_cuda} ;;
+    capture) timeout $(( $(left) < ${CAPTURE_TIMEOUT:-240} ? $(left) : ${CAPTURE_TIMEOUT:-240} )) \
+        torch-fl conformance capture --device cuda --json && cp conformance/zoo_calls.json.gz "$OUT/" ;;
     conformance)
       # A journal an earlier call brought back, carried in .carry/, is continued (--resume); its
       # Triton binaries, carried as .carry/triton.tgz, are not compiled again.

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from torch_fl.conformance.captured_calls import coverage
+from torch_fl.conformance.captured_calls import load as load_captured
 from torch_fl.conformance.cost import cost
 from torch_fl.fileio import write_atomically
 from torch_fl.platform.record import (
@@ -186,6 +188,8 @@ def build(
         workers = max((int(s.get("workers") or 0) for s in collector.sessions), default=0)
         with_items = ({**c, "item": collector.case_items.get(c["id"])} for c in cases)
         summary["cost"] = cost(with_items, collector.item_seconds, wall, workers)
+    if any(c["suite"] == "captured" for c in cases):
+        summary["captured_coverage"] = coverage(cases, load_captured()["calls"])
     machine = dict(header.get("machine", {}))
     machine["selection"] = header.get("selection", {})
     if collector.sessions:

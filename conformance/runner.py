@@ -43,6 +43,7 @@ SUITES: tuple[str, ...] = (
     "sparse",
     "model",
     "workload",
+    "captured",
 )
 """Every suite, in the order they run (the short ones first, so their results show early)."""
 RUN_ORDER: tuple[str, ...] = (
@@ -56,6 +57,7 @@ RUN_ORDER: tuple[str, ...] = (
     "compile",
     "model",
     "workload",
+    "captured",
     "sweep",
     "ops",
 )

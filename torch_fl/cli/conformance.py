@@ -108,6 +108,38 @@ def run_cmd(
         raise typer.Exit(2)
 
 
+@conformance_app.command("capture")
+def capture_cmd(
+    models: str = typer.Option("all", "--models", help="Comma-separated zoo architectures, or 'all'."),
+    out: Path | None = typer.Option(None, "--out", help="Where to write the list (default: the shipped one)."),
+    device: str = typer.Option(
+        "cuda", "--device", help="Plain torch device to run the models on (cuda, or cpu: slow)."
+    ),
+    size: str = typer.Option("board", "--size", help="Model dimensions: board (real widths) or host (tiny)."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Capture the aten calls the zoo models make (board dimensions, batch 1, one block per stack)
+    into the list the `captured` suite judges."""
+    from torch_fl.conformance import capture
+    from torch_fl.workloads import zoo
+
+    names = list(zoo.ARCHS) if models == "all" else _split(models) or []
+    unknown = [n for n in names if n not in zoo.ARCHS]
+    if unknown:
+        raise fail(f"--models: unknown architecture(s) {unknown}; expected some of {list(zoo.ARCHS)} or 'all'", as_json)
+    from torch_fl.workloads.zoo import SIZES
+
+    if size not in SIZES:
+        raise fail(f"--size: expected one of {list(SIZES)}, got {size!r}", as_json)
+    data = capture.capture(names, device, size, progress=lambda label: err_console.print(f"capturing {label}"))
+    target = out if out is not None else capture.CAPTURED
+    capture.write(data, target)
+    summary = {"ok": True, "file": str(target), "calls": len(data["calls"]), "calls_by_model": data["calls_by_model"]}
+    emit(
+        summary, as_json, lambda: console.print(f"{len(data['calls'])} distinct calls written to {escape(str(target))}")
+    )
+
+
 def _run_data(name: str, outcome: RunOutcome) -> dict[str, Any]:
     """What `--json` prints for a run: where its files are and, if it wrote a record, its summary."""
     data: dict[str, Any] = {
