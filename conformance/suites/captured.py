@@ -1,6 +1,6 @@
 """captured: the calls real models make (conformance/capture.py), judged on every gated path.
 
-One item per op; one case per captured call x gated path that implements the op, with the call's
+One item per op and group of CALLS_PER_ITEM calls; one case per captured call x gated path that implements the op, with the call's
 exact shapes, strides, offsets, dtypes and arguments. Each call runs once on the native route and
 once per path with the same inputs (conformance/sweepcall.py), and the path must give the native
 values, dtype, shape and strides, leave its inputs alone and write in place where the op does.
@@ -24,6 +24,8 @@ from torch_fl.conformance.sweepgen import Call, writes_self
 from torch_fl.routing.gatekey import call_key
 
 SUITE = "captured"
+CALLS_PER_ITEM = 8
+"""Calls per pytest item: an op's calls spread over the workers (a model casts in 100 shapes)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -39,7 +41,7 @@ def _by_op() -> dict[str, list[int]]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "captured_op" not in metafunc.fixturenames:
+    if "captured_calls" not in metafunc.fixturenames:
         return
     try:
         worker = metafunc.config.pluginmanager.get_plugin("fl-worker")
@@ -47,10 +49,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     except RuntimeError:
         fl = None
     if fl is None:
-        metafunc.parametrize("captured_op", ["-"], ids=["platform"])
+        metafunc.parametrize(("captured_op", "captured_calls"), [("-", ())], ids=["platform"])
         return
-    ops = [op for op in sorted(_by_op()) if _exists(op) and swept_paths(fl, op)]
-    metafunc.parametrize("captured_op", ops, ids=ops)
+    params, ids = [], []
+    for op, indices in sorted(_by_op().items()):
+        if _exists(op) and swept_paths(fl, op):
+            for start in range(0, len(indices), CALLS_PER_ITEM):
+                params.append((op, tuple(indices[start : start + CALLS_PER_ITEM])))
+                ids.append(f"{op}-{start // CALLS_PER_ITEM}")
+    metafunc.parametrize(("captured_op", "captured_calls"), params, ids=ids)
 
 
 def _exists(op: str) -> bool:
@@ -103,14 +110,14 @@ def _planned_list(specs: list[Any], g: torch.Generator) -> Planned:
     return Planned(torch.cat(storages) if storages else torch.empty(0), view)
 
 
-def test_captured(captured_op: str, fl: Any) -> None:
+def test_captured(captured_op: str, captured_calls: tuple[int, ...], fl: Any) -> None:
     fl.own_cases()
     compare.compare_metadata(torch.empty(2, 3), torch.empty(2, 3))  # imports sympy outside a case's limit
     op = captured_op
     overload = _overload(op)
     paths = swept_paths(fl, op)
     inplace = writes_self(overload)
-    for index in _by_op()[op]:
+    for index in captured_calls:
         call = _calls()[index]
         ids = {p: f"{SUITE}/{op}/{p}/{index}" for p in paths}
         todo = [p for p in paths if not fl.done(ids[p])]
