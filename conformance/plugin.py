@@ -75,7 +75,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--fl-add", action="store_true", default=False, help="Add the cases to the existing complete record."
     )
-    group.addoption("--fl-quiet", action="store_true", default=False, help="No progress display.")
+    group.addoption(
+        "--fl-quiet", action="store_true", default=False, help="Progress as count lines only (no bar, for --json)."
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -184,7 +186,7 @@ class Controller:
         self.requeued: set[str] = set()
         self.reruns: Counter[str] = Counter()
         self.last_merge = 0.0
-        self.progress = Progress(name, quiet=config.getoption("fl_quiet"))
+        self.progress = Progress(name, plain=config.getoption("fl_quiet"))
 
     def _open_journal(self, header: dict[str, Any], resume: bool) -> None:
         """Continue the journal of an interrupted run of the same platform and binding (`resume`),

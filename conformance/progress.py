@@ -20,11 +20,12 @@ PLAIN_EVERY_S = 30.0
 
 
 class Progress:
-    """Counts finished items and recorded cases; `quiet` shows nothing (--json mode)."""
+    """Counts finished items and recorded cases; `plain` (--json mode, where stdout is the JSON
+    document) gives count lines only, never a bar: an agent still sees a long run move."""
 
-    def __init__(self, platform: str, quiet: bool = False) -> None:
+    def __init__(self, platform: str, plain: bool = False) -> None:
         self.platform = platform
-        self.quiet = quiet
+        self.plain = plain
         self.total = 0
         self.done = 0
         self.cases: Counter[str] = Counter()
@@ -35,9 +36,7 @@ class Progress:
 
     def start(self, total: int) -> None:
         self.total = total
-        if self.quiet:
-            return
-        if self._console.is_terminal:
+        if self._console.is_terminal and not self.plain:
             self._rich = RichProgress(
                 TextColumn(f"conformance {self.platform}"),
                 BarColumn(),
@@ -72,16 +71,12 @@ class Progress:
     def update(self, items_done: int, statuses: Counter[str]) -> None:
         self.done = items_done
         self.cases = statuses
-        if self.quiet:
-            return
         if self._rich is not None and self._task is not None:
             self._rich.update(self._task, completed=items_done, counts=self._counts())
         else:
             self._line()
 
     def close(self) -> None:
-        if self.quiet:
-            return
         if self._rich is not None:
             self._rich.stop()
             self._rich = None

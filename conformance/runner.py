@@ -2,7 +2,8 @@
 
 The subprocess is the controller (it never imports torch); its workers activate the platform.
 Always at least one worker, so a kernel that crashes or hangs kills a worker, never the run.
-pytest's own output goes to a log in the run folder; progress goes to stderr unless quiet.
+pytest's own output goes to a log in the run folder; progress goes to stderr (count lines only
+when quiet, as under --json).
 
 What a run may replace: one run at a time per record (a lock file beside it, `torch-<line>.lock`);
 the record itself only when the run completes (until then its merges go to the run folder); and
@@ -321,14 +322,14 @@ def subprocess_env(platform: str) -> dict[str, str]:
     return env
 
 
-def _run_pytest(argv: list[str], platform: str, log: Any, quiet: bool, cwd: Path) -> int:
+def _run_pytest(argv: list[str], platform: str, log: Any, cwd: Path) -> int:
     """pytest in a process group of its own; the group is killed when this process is stopped
     (SIGTERM, SIGHUP, Ctrl-C); when it is killed outright, the plugin's watch of its parent ends it."""
     proc = subprocess.Popen(
         argv,
         env=subprocess_env(platform),
         stdout=log,
-        stderr=log if quiet else None,
+        stderr=None,  # progress lines (count lines only under --json, whose document is stdout)
         stdin=subprocess.DEVNULL,
         cwd=cwd,
         start_new_session=True,
@@ -363,7 +364,7 @@ def run(options: RunOptions) -> RunOutcome:
         with open(log_file, "w") as log:
             log.write(" ".join(argv) + "\n\n")
             log.flush()
-            returncode = _run_pytest(argv, options.platform, log, options.quiet, folder)
+            returncode = _run_pytest(argv, options.platform, log, folder)
         wall = time.monotonic() - started
         # The controller writes the interim record whenever it stops short of completing, and
         # removes it when it completes; a pytest that died before either leaves the exit status.
