@@ -12,6 +12,7 @@ pytest-xdist workers and `plugin`:
 - journal.py     the JSONL journal (append, incremental read, resume)
 - recordfile.py  journal entries -> the record JSON (validated against the loader's model)
 - summary.py     the Markdown summary next to the record
+- cost.py        where a run's time went (the record summary's `cost`)
 - progress.py    progress on stderr
 - fingerprint.py failure fingerprints (dedup)
 - compare.py     tolerances, values, metadata, aliasing
@@ -21,6 +22,8 @@ pytest-xdist workers and `plugin`:
 - sizes.py       the sweep suite's sizes by op category, layouts, guard width: one table
 - sweepgen.py    an aten overload's sweep category and its generated arguments (by schema)
 - sweepcall.py   one generated call placed on flagos, run, and judged against the native run
+- capture.py     the aten calls the zoo models make, recorded under a dispatch mode; their replay
+- captured_calls.py  the shipped list of those calls (zoo_calls.json.gz) and each model's coverage
 - launch.py, dist_worker.py: extra processes (distributed ranks, the reference model run)
-- suites/        ops, sweep, amp, rng, ddp, fsdp2, compile, profiler, sharing, sparse, model, workload
+- suites/        ops, sweep, amp, rng, ddp, fsdp2, compile, profiler, sharing, sparse, model, workload, captured
 """
