@@ -112,3 +112,19 @@ def test_vendor_loader_refuses_a_link_made_after_loading(tmp_path):
     (folder / "vendor_kernels.py").symlink_to(outside)
     with pytest.raises(DescriptorError, match="outside the platform folder"):
         load_vendor_module(descriptor)
+
+
+@pytest.mark.parametrize("variable", ["CXX", "PATH", "LD_PRELOAD", "PYTHONPATH", "LDSHARED", "TRITON_PTXAS_PATH"])
+def test_descriptor_may_not_set_toolchain_loader_or_interpreter_variables(tmp_path, variable):
+    folder = chip(tmp_path, ("variables: {}", f'variables: {{GEMS_VENDOR: nvidia, {variable}: "/tmp/x"}}'))
+    error = error_of(folder)
+    assert len(error.issues) == 1 and error.field == f"environment.variables.{variable}"
+    assert "chooses which program or library runs" in error.message
+    assert f"platform.yaml:{error.line}: environment.variables.{variable}: " in str(error)
+
+
+@pytest.mark.parametrize(("entry", "why"), [('"A=B": "1"', "not a variable name"), ('GEMS_X: "a\\0b"', "NUL")])
+def test_variable_names_and_values_are_checked_at_load(tmp_path, entry, why):
+    folder = chip(tmp_path, ("variables: {}", f"variables: {{{entry}}}"))
+    error = error_of(folder)
+    assert why in error.message and error.field.startswith("environment.variables")

@@ -37,6 +37,18 @@ RUNTIME_BACKINGS: frozenset[str] = frozenset({"cpu", "cuda"})
 """Backing devices the C++ runtime can drive; descriptors with other backings load as data only."""
 TORCH_FL_PREFIX = "FLAGOS_"
 """torch-fl's own environment variables (torch_fl.env); a descriptor may not set them."""
+PROGRAM_VARIABLES = frozenset(
+    """PATH SHELL BASH_ENV ENV HOME CC CXX CPP LD AR LDSHARED CFLAGS CXXFLAGS CPPFLAGS LDFLAGS CPATH
+    C_INCLUDE_PATH CPLUS_INCLUDE_PATH LIBRARY_PATH NVCC_PREPEND_FLAGS NVCC_APPEND_FLAGS TORCH_EXTENSIONS_DIR
+    TRITON_PTXAS_PATH TRITON_CUOBJDUMP_PATH TRITON_NVDISASM_PATH TRITON_LIBDEVICE_PATH TRITON_CACHE_DIR
+    PYTEST_ADDOPTS PYTEST_PLUGINS""".split()
+)
+PROGRAM_PREFIXES = ("LD_", "DYLD_", "PYTHON", "GCONV_", "MALLOC_")
+"""Variables that choose which program, library or interpreter code runs (compilers, the dynamic
+loader, Python's path, the core build's flags): a descriptor setting them would run code that no
+record binds, in every process that loads the platform, and in the core build that all platforms
+share. A descriptor sets its vendor stack's own knobs only."""
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 RULE_KINDS: tuple[str, ...] = ("env", "python_module", "path_exists", "cuda_device_name", "always")
 
 BackingDevice = Literal["cpu", "cuda", "npu", "musa", "gcu", "xpu_kunlun", "bpu"]
@@ -187,8 +199,14 @@ class Environment(_Model):
     variables: dict[str, str] = Field(
         default_factory=dict,
         description="The vendor stack's variables, set in the process before the platform loads (unless already set); "
-        "torch-fl's own FLAGOS_* settings are the user's and are refused here.",
-        json_schema_extra={"propertyNames": {"not": {"pattern": f"^{TORCH_FL_PREFIX}"}}},
+        "torch-fl's own FLAGOS_* settings are the user's, and toolchain, loader and interpreter variables "
+        "(PATH, CXX, LD_*, PYTHON*, ...) choose what code runs: both are refused here.",
+        json_schema_extra={
+            "propertyNames": {
+                "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                "not": {"pattern": "^(" + "|".join([TORCH_FL_PREFIX, *PROGRAM_PREFIXES]) + ")"},
+            }
+        },
     )
     python: Annotated[str, StringConstraints(pattern=r"^3\.\d+$")] | None = Field(
         None, description="The one interpreter line the platform's wheels are built for, e.g. '3.12'."
@@ -207,6 +225,20 @@ class Environment(_Model):
             for key in self.variables
             if key.startswith(TORCH_FL_PREFIX)
         ]
+        for key, value in self.variables.items():
+            where = ("environment", "variables", key)
+            if not _VARIABLE_NAME.fullmatch(key):
+                issues.append(Issue(f"{short(key)} is not a variable name (letters, digits and _)", where))
+            elif key in PROGRAM_VARIABLES or key.startswith(PROGRAM_PREFIXES):
+                issues.append(
+                    Issue(
+                        f"{key} chooses which program or library runs (toolchain, loader or interpreter); "
+                        "a descriptor sets only its vendor stack's own variables",
+                        where,
+                    )
+                )
+            elif any(c in value for c in "\0\n\r"):
+                issues.append(Issue("a value may not hold NUL or line breaks", where))
         if issues:
             raise DescriptorError(issues)
         return self

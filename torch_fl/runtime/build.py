@@ -50,7 +50,19 @@ def build_key() -> str:
     h.update(str(torch._C._GLIBCXX_USE_CXX11_ABI).encode())
     h.update(sysconfig.get_config_var("EXT_SUFFIX").encode())
     h.update(" ".join(CFLAGS).encode())
+    h.update(_compiler_identity().encode())
     return h.hexdigest()[:16]
+
+
+def _compiler_identity() -> str:
+    """The compiler a build would run (CXX, else c++), resolved, with its size and mtime: a library
+    built by another compiler is another library (a cheap stat, not a `--version` per import)."""
+    name = os.environ.get("CXX", "c++")
+    path = shutil.which(name)
+    if path is None:
+        return name
+    stat = os.stat(path)
+    return f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def build_dir() -> Path:
