@@ -119,3 +119,19 @@ def test_a_crash_is_charged_to_the_key_of_the_call_in_flight(tmp_path: Path) -> 
     entries = [json.loads(line) for line in journal_file.read_text().splitlines()[1:]]
     assert entries[0]["worker"] == "gw0" and entries[0]["t"] > 0
     assert entries[-1]["kind"] == "item" and entries[-1]["s"] >= 0
+
+
+def test_progress_under_json_is_count_lines_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    from collections import Counter
+
+    from torch_fl.conformance.progress import Progress
+
+    progress = Progress("host_ref", plain=True)
+    progress.start(3)
+    progress.update(1, Counter(passed=5, failed=1))
+    progress.close()
+    err = capsys.readouterr()
+    assert err.out == ""  # stdout is the --json document's
+    lines = err.err.strip().splitlines()
+    assert lines[0] == "conformance host_ref: 0/3 items; cases: 0 passed"
+    assert lines[-1] == "conformance host_ref: 1/3 items; cases: 5 passed, 1 failed"
