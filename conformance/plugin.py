@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from torch_fl.conformance import crash, journal, recordfile, summary
+from torch_fl.conformance import crash, incremental, journal, recordfile, summary
 from torch_fl.conformance.progress import Progress
 from torch_fl.conformance.recorder import CaseInfo, Recorder
 from torch_fl.conformance.runner import SWEEP_SCOPES
@@ -76,6 +76,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--fl-add", action="store_true", default=False, help="Add the cases to the existing complete record."
     )
     group.addoption(
+        "--fl-replace-ops",
+        default="",
+        help="With --fl-add: comma-separated ops whose vendor cases this run re-runs (the record's are dropped).",
+    )
+    group.addoption(
         "--fl-quiet", action="store_true", default=False, help="Progress as count lines only (no bar, for --json)."
     )
 
@@ -116,18 +121,19 @@ def _record_file(config: pytest.Config, descriptor: Any, torch_line: str) -> Pat
     return record_path(descriptor.directory, torch_line)
 
 
-def _run_header(config: pytest.Config, backing: str, made_here: dict[str, Any], workers: int) -> dict[str, Any]:
-    """The journal's first line: what the run checks (platform, binding), on which machine, and the
-    selection it was asked for."""
+def _run_header(config: pytest.Config, descriptor: Any, made_here: dict[str, Any], workers: int) -> dict[str, Any]:
+    """The journal's first line: what the run checks (platform, binding, which source decides
+    which cases), on which machine, and the selection it was asked for."""
     return {
         **made_here,
+        "sources_decide": incremental.sources_decide(descriptor),
         "started": recordfile.now(),
         "machine": {
             "hostname": socket.gethostname(),
             "cpu_count": os.cpu_count(),
             "python": host_platform.python_version(),
             "os": host_platform.platform(),
-            "backing": backing,
+            "backing": descriptor.backing.device,
             "workers": workers,
         },
         "selection": {
@@ -163,7 +169,7 @@ class Controller:
             _end_with(self.parent)
         workers = config.getoption("numprocesses", None) if distributed else 0
         self.workers = int(workers) if isinstance(workers, int) or str(workers).isdigit() else (os.cpu_count() or 1)
-        header = _run_header(config, descriptor.backing.device, made_here, self.workers)
+        header = _run_header(config, descriptor, made_here, self.workers)
         # --add: the existing record's cases are the base (checked addable by the runner); this
         # run's cases replace those of the same id, and the record is written only once complete.
         self.adding = bool(config.getoption("fl_add"))
@@ -176,7 +182,8 @@ class Controller:
         self.reader = journal.Reader(self.journal_file)
         self.collector = recordfile.Collector()
         if base is not None:
-            self.collector.seed(self.record_file)
+            ops = frozenset(o for o in str(config.getoption("fl_replace_ops") or "").split(",") if o)
+            self.collector.seed(self.record_file, (lambda case: incremental.replaced(case, ops)) if ops else None)
         self.collector.feed(self.reader.new())
         self.done_items = sorted(self.collector.items_done | self._items_with_own_case())
         config.stash[DONE_ITEMS] = self.done_items

@@ -14,7 +14,7 @@ import gzip
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from torch_fl.platform.record import (
     load_evidence,
 )
 
-CASE_FIELDS = ("id", "suite", "op", "dtype", "path", "keys", "status", "message", "fingerprint", "duration_s")
+CASE_FIELDS = ("id", "suite", "op", "dtype", "path", "keys", "status", "message", "fingerprint", "duration_s", "item")
 STATUSES = ("passed", "failed", "error", "crashed", "timeout", "unjudged", "skipped")
 MAX_FAILURES = 300
 CRITERION = 0.95
@@ -75,10 +75,13 @@ class Collector:
         self.item_seconds: dict[str, float] = {}
         self.case_items: dict[str, str] = {}  # case id -> its item (for the run's cost)
 
-    def seed(self, record_file: Path) -> None:
-        """Start from a record's cases (`--add`); the run's own header and cases follow."""
+    def seed(self, record_file: Path, replaced: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        """Start from a record's cases (`--add`), less those `replaced` says this run re-runs (so a
+        verdict it no longer reaches does not linger); the run's own header and cases follow."""
         for case in load_evidence(record_file):
-            self.cases[case.id] = case.model_dump()
+            data = case.model_dump()
+            if replaced is None or not replaced(data):
+                self.cases[case.id] = data
         record = json.loads(Path(record_file).read_text())
         for session in record.get("machine", {}).get("sessions", []):
             self.sessions.append(session)
@@ -208,6 +211,7 @@ def build(
         "failures": [c for c in cases if c["status"] not in ("passed", "skipped", "unjudged")],
         "counts": case_counts(cases),
         "summary": summary,
+        "sources_decide": header.get("sources_decide", {}),
     }
     return record, cases
 

@@ -8,7 +8,9 @@ when quiet, as under --json).
 What a run may replace: one run at a time per record (a lock file beside it, `torch-<line>.lock`);
 the record itself only when the run completes (until then its merges go to the run folder); and
 a complete record only by a full run or by `--add`: a subset run writes `torch-<line>.partial.json`
-beside it instead. The pytest process and everything it starts form a process group of their own
+beside it instead. A plain run whose complete record is stale only because platform sources
+changed re-runs just the cases they decide (torch_fl.conformance.incremental), as an `--add` run
+that drops those cases' old verdicts first; `--full` runs everything. The pytest process and everything it starts form a process group of their own
 that ends with this process, however it ends.
 """
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torch_fl.conformance import journal
+from torch_fl.conformance import incremental, journal
 from torch_fl.conformance.recordfile import partial_path
 from torch_fl.conformance.summary import summary_path
 from torch_fl.filelock import hold
@@ -83,6 +85,8 @@ class RunOptions:
     paths: list[str] | None = None
     resume: bool = False
     add: bool = False
+    full: bool = False
+    replace_ops: list[str] = field(default_factory=list)
     timeout: float = 60.0
     record_dir: Path | None = None
     quiet: bool = False
@@ -105,6 +109,8 @@ class RunOutcome:
     record: dict[str, Any] | None
     complete: bool
     partial: bool
+    plan: incremental.Plan | None = None
+    """What an incremental run re-ran (None: the run was what it was asked to be)."""
 
 
 def record_file_for(platform: str, record_dir: Path | None) -> Path:
@@ -141,10 +147,34 @@ def validate(options: RunOptions) -> None:
         raise ValueError(
             "--add and --resume cannot be combined: an interrupted --add run leaves the record as it was; run it again"
         )
+    if options.full and (options.add or options.resume or is_subset(options)):
+        raise ValueError(
+            "--full runs every suite on every path from scratch: leave out --add, --resume, -k, --suite, --paths"
+        )
 
 
-def check_addable(platform: str, record_file: Path) -> None:
-    """--add adds cases to a complete record made here: same descriptor, torch and kernel libraries."""
+def incremental_plan(options: RunOptions, record_file: Path) -> incremental.Plan | None:
+    """The incremental run a plain run becomes (None: it stays what it was asked to be)."""
+    if options.full or options.add or options.resume or is_subset(options):
+        return None
+    from torch_fl.conformance.recordfile import identity
+    from torch_fl.platform.discovery import load_platform
+    from torch_fl.platform.record import Binding
+
+    descriptor = load_platform(options.platform)
+    return incremental.plan(descriptor, record_file, Binding(**identity(descriptor)["binding"]))
+
+
+def _as_incremental(options: RunOptions, plan: incremental.Plan) -> RunOptions:
+    """The plan's run: its items, on the vendor path, added to the record in place of their old cases."""
+    options.suites, options.paths, options.k = plan.suites, [incremental.VENDOR], plan.k
+    options.add, options.replace_ops = True, plan.ops
+    return options
+
+
+def check_addable(platform: str, record_file: Path, sources_changed: bool = False) -> None:
+    """--add adds cases to a complete record made here: same descriptor, torch and kernel libraries,
+    and platform sources (unless `sources_changed`: an incremental run re-runs what they decide)."""
     from torch_fl.conformance.recordfile import identity
     from torch_fl.platform.discovery import load_platform
 
@@ -165,7 +195,11 @@ def check_addable(platform: str, record_file: Path) -> None:
             "run the whole conformance without --add"
         )
     try:
-        differences = binding_differences(Binding.model_validate(record.get("binding")), Binding(**expected["binding"]))
+        binding = Binding.model_validate(record.get("binding"))
+        now = Binding(**expected["binding"])
+        if sources_changed:
+            now = now.model_copy(update={"sources": binding.sources})
+        differences = binding_differences(binding, now)
     except ValueError as exc:
         differences = [f"its binding is unreadable ({str(exc)[:200]})"]
     if differences:
@@ -302,6 +336,8 @@ def pytest_command(options: RunOptions, record_file: Path, ini: Path, output: Pa
         argv.append("--fl-resume")
     if options.add:
         argv.append("--fl-add")
+    if options.replace_ops:
+        argv += ["--fl-replace-ops", ",".join(options.replace_ops)]
     if options.quiet:
         argv.append("--fl-quiet")
     return argv + list(options.pytest_args)
@@ -351,8 +387,11 @@ def run(options: RunOptions) -> RunOutcome:
     with hold(record_file.with_suffix(".lock"), what):
         if options.resume:
             options = resume_selection(options, record_file)
+        plan = incremental_plan(options, record_file)
+        if plan is not None:
+            options = _as_incremental(options, plan)
         if options.add:
-            check_addable(options.platform, record_file)
+            check_addable(options.platform, record_file, sources_changed=plan is not None)
         output = destination(options, record_file)
         folder = journal.run_dir(record_file)
         folder.mkdir(parents=True, exist_ok=True)
@@ -378,7 +417,7 @@ def run(options: RunOptions) -> RunOutcome:
             except json.JSONDecodeError:
                 record = None
         outcome = RunOutcome(
-            returncode, written, summary_path(written), log_file, wall, record, complete, output != record_file
+            returncode, written, summary_path(written), log_file, wall, record, complete, output != record_file, plan
         )
         if complete:
             shutil.rmtree(folder, ignore_errors=True)  # the record says it all; the log only helps a failed start

@@ -5,7 +5,9 @@ selection, shows the outcome, and exits 0 when the run completed (failing cases 
 are in the record; the gate enables exactly what passed), 1 when it did not; with
 --fail-on-failure, 2 when it completed but a non-native path failed a case (for CI). `record` is
 the file the run wrote: the record, the partial record beside a complete one (`partial`: a subset
-run), or, for a run that did not complete, its interim record in the run folder.
+run), or, for a run that did not complete, its interim record in the run folder. A plain run
+whose record is stale only because platform sources changed re-runs what they decide
+(`incremental`: the changed sources, the ops whose vendor cases were re-run, their suites).
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ def run_cmd(
         help="Add the selected cases to the complete record made here, replacing cases of the same id; "
         "the record changes only when the run completes.",
     ),
+    full: bool = typer.Option(
+        False,
+        "--full",
+        help="Run everything, even where the record is stale only because platform sources changed "
+        "(by default, only the cases the changed sources decide are re-run).",
+    ),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds one case may take before it is stopped as hung."),
     warmup_timeout: float = typer.Option(
         900.0, "--warmup-timeout", help="Seconds for the first call per op of a compiling path (FlagGems autotuning)."
@@ -89,6 +97,7 @@ def run_cmd(
         paths=_split(paths),
         resume=resume,
         add=add,
+        full=full,
         timeout=timeout,
         record_dir=record_dir,
         quiet=as_json,
@@ -152,6 +161,7 @@ def _run_data(name: str, outcome: RunOutcome) -> dict[str, Any]:
         "summary": str(outcome.summary_file) if outcome.summary_file.is_file() else None,
         "log": str(outcome.log_file) if outcome.log_file.is_file() else None,
         "wall_s": round(outcome.wall_s, 1),
+        "incremental": outcome.plan.as_dict() if outcome.plan is not None else None,
     }
     if outcome.record is not None:
         s = outcome.record["summary"]
@@ -196,6 +206,12 @@ def _print_run(name: str, outcome: RunOutcome) -> None:
     if crit["judged"]:
         console.print(
             f"ops criterion: {_pct(crit['rate'])} of {crit['judged']} baseline-passing cases pass (target {_pct(crit['target'])})"
+        )
+    if outcome.plan is not None:
+        plan = outcome.plan
+        console.print(
+            f"incremental: {', '.join(plan.changed)} changed; re-ran the vendor cases of {', '.join(plan.ops)} "
+            f"({', '.join(plan.suites)}); --full re-runs everything"
         )
     note = ""
     if not outcome.complete:

@@ -80,6 +80,8 @@ class Case(BaseModel):
     message: str = ""
     fingerprint: str | None = None
     duration_s: float = 0.0
+    item: str | None = None
+    """The pytest item that ran the case (its node id): what re-runs it."""
 
 
 class Binding(BaseModel):
@@ -120,6 +122,9 @@ class Record(BaseModel):
     failures: list[Case] = []
     counts: dict[str, dict[str, int]] = {}
     summary: dict[str, Any] = {}
+    sources_decide: dict[str, list[str]] = {}
+    """Platform source -> the vendor ops whose cases it decides (`["*"]`: every vendor case); see
+    torch_fl.conformance.incremental. Descriptor fields decide every case, kernel libraries their path's."""
     evidence: Evidence | None = None
     checksum: str = ""
 
