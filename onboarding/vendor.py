@@ -119,15 +119,37 @@ def normalize_op(op: str) -> str:
 
 
 def op_schema(op: str) -> str:
-    """The op's schema from the installed torch; an op torch does not have is refused."""
+    """The op's schema from the installed torch. An op torch does not have is refused (naming the
+    overloads its name has), and so is one torch decomposes before it reaches a device."""
+    import torch
+
     from torch_fl.kernels.base import resolve  # imports torch: only this command needs it
 
     try:
-        return str(resolve(op)._schema)
+        overload = resolve(op)
     except AttributeError:
-        import torch
+        raise OnboardError(
+            f"{op}: torch {torch.__version__} has no such operator or overload{_overloads_hint(op)}"
+        ) from None
+    if torch._C._dispatch_has_kernel_for_dispatch_key(overload.name(), "CompositeImplicitAutograd"):
+        raise OnboardError(
+            f"{op} is decomposed by torch above the device (CompositeImplicitAutograd), so a flagos kernel for it "
+            "would never run; add kernels for the ops it decomposes into (`torch-fl routes stats NAME` lists "
+            "the overloads a program sends to the device)"
+        )
+    return str(overload._schema)
 
-        raise OnboardError(f"{op}: torch {torch.__version__} has no such operator or overload") from None
+
+def _overloads_hint(op: str) -> str:
+    """`; its overloads: aten::softmax.int, ...` for an op name whose packet exists."""
+    import torch
+
+    packet = op.partition("::")[2].partition(".")[0]
+    found = getattr(torch.ops.aten, packet, None) if op.startswith("aten::") else None
+    if found is None:
+        return ""
+    names = [f"aten::{packet}" + ("" if o == "default" else f".{o}") for o in sorted(found.overloads())]
+    return f"; its overloads: {', '.join(names[:12])}" + (" ..." if len(names) > 12 else "")
 
 
 def function_name(op: str) -> str:

@@ -91,6 +91,9 @@ def test_overloads_and_builtin_names():
     [
         (("--op", "aten::no_such_op"), "has no such operator"),
         (("--op", "aten::add.NoSuchOverload"), "has no such operator"),
+        (("--op", "aten::softmax"), "its overloads: aten::softmax.int"),
+        (("--op", "aten::softmax.int"), "decomposed by torch above the device"),
+        (("--op", "aten::rms_norm"), "decomposed by torch above the device"),
         (("--op", "aten::silu;rm"), "bad op name"),
         (("--op", "aten::silu", "--function", "class"), "not a usable Python function name"),
         (("--op", "aten::relu", "--function", "other"), "already mapped to 'relu'"),
