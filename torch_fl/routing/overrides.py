@@ -28,9 +28,12 @@ def env_name(op: str) -> str:
     return PREFIX + (name if namespace == "aten" else f"{namespace}__{name}")
 
 
-def _op_from_env_name(key: str) -> str:
+def op_from_env_name(key: str) -> str:
+    """FLAGOS_ROUTE_add___Tensor -> aten::add_.Tensor: the overload follows the last `__` (an in-place
+    packet ends in `_` itself, so splitting at the first would misread it)."""
     body = key[len(PREFIX) :]
-    return "aten::" + body.replace("__", ".")
+    packet, separator, overload = body.rpartition("__")
+    return f"aten::{packet}.{overload}" if separator and packet and overload else f"aten::{body}"
 
 
 def _split(value: str) -> list[str]:
@@ -44,7 +47,7 @@ def env_route(op: str) -> list[str]:
 
 def env_ops() -> list[str]:
     reserved = {"FLAGOS_ROUTE_DEFAULTS"}
-    return [_op_from_env_name(k) for k, v in os.environ.items() if k.startswith(PREFIX) and k not in reserved and v]
+    return [op_from_env_name(k) for k, v in os.environ.items() if k.startswith(PREFIX) and k not in reserved and v]
 
 
 def env_defaults() -> list[str]:
