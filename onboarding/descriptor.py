@@ -119,6 +119,20 @@ def backing_warning(descriptor: PlatformDescriptor) -> str | None:
     )
 
 
+def like_backing_warning(descriptor: PlatformDescriptor, like: PlatformDescriptor | None) -> str | None:
+    """A warning when --backing differs from the --like platform's: the capabilities copied from it
+    (distributed backend, compile path, profiler tracer) describe a chip of the other backing."""
+    if like is None or like.backing.device == descriptor.backing.device:
+        return None
+    caps = like.capabilities
+    return (
+        f"--backing {descriptor.backing.device} differs from --like {like.name}'s backing {like.backing.device!r}: "
+        f"the capabilities copied from it (distributed {caps.distributed.backend}, compile {caps.compile.path}, "
+        f"profiler {caps.profiler.tracer}) describe a {like.backing.device}-backed chip; review them, or start "
+        f"--like a {descriptor.backing.device}-backed platform"
+    )
+
+
 def load_text(text: str, name: str, what: str) -> PlatformDescriptor:
     """Validate platform.yaml `text` exactly as the loader will read it (in a scratch folder `name`)."""
     with tempfile.TemporaryDirectory(prefix="torch-fl-onboard-") as tmp:

@@ -25,7 +25,14 @@ import yaml
 from torch_fl import env
 from torch_fl.fileio import remove_orphans
 from torch_fl.onboarding import render
-from torch_fl.onboarding.descriptor import EXAMPLE_FUNCTION, EXAMPLE_OP, backing_warning, load_text, scaffold
+from torch_fl.onboarding.descriptor import (
+    EXAMPLE_FUNCTION,
+    EXAMPLE_OP,
+    backing_warning,
+    like_backing_warning,
+    load_text,
+    scaffold,
+)
 from torch_fl.onboarding.errors import OnboardError
 from torch_fl.onboarding.layout import Layout, make_layout, same_dir
 from torch_fl.onboarding.names import check_name
@@ -190,7 +197,9 @@ def _onboard(name: str, request: OnboardRequest, layout: Layout) -> OnboardRepor
     # A re-run without options repeats the first run's choices, so it is idempotent as typed.
     recorded = manifest.options if owned and manifest is not None else {}
     like_name = request.like if request.like is not None else recorded.get("like")
-    backing = request.backing if request.backing is not None else recorded.get("backing")
+    # a new --like brings its own backing unless --backing is given: the first run's is not kept
+    like_changed = request.like is not None and request.like != recorded.get("like")
+    backing = request.backing if request.backing is not None else None if like_changed else recorded.get("backing")
     like = _load_like(like_name, name, sources) if like_name else None
     descriptor = scaffold(name, like, backing)
     table = initial_table(descriptor, like)
@@ -223,5 +232,5 @@ def _onboard(name: str, request: OnboardRequest, layout: Layout) -> OnboardRepor
     if not request.dry_run:
         remove_orphans([item.path for item in planned] + [updated.path])
         apply(planned, outcomes, updated)
-    warnings = [w for w in (backing_warning(descriptor),) if w]
+    warnings = [w for w in (backing_warning(descriptor), like_backing_warning(descriptor, like)) if w]
     return OnboardReport(name, layout, outcomes, next_steps(name, layout), warnings, request.dry_run)

@@ -59,3 +59,15 @@ def test_checkout_layout_needs_no_platform_path(tmp_path, monkeypatch):
     workflow = (root / ".github/workflows/flagos-demo_chip.yml").read_text()
     assert "FLAGOS_PLATFORM_PATH" not in workflow and "pip install -e ." in workflow
     assert all("FLAGOS_PLATFORM_PATH" not in step for step in data["next_steps"])
+
+
+def test_a_new_like_brings_its_own_backing(repo):
+    make(repo, "gpu_chip", like="host_ref")
+    report = make(repo, "gpu_chip", like="nvidia_h200")  # no --backing: the first run's cpu is not kept
+    assert report.ok and "device: cuda" in (repo / "plats/gpu_chip/platform.yaml").read_text()
+    assert not report.warnings
+
+
+def test_a_backing_unlike_the_like_platforms_is_warned_about(repo):
+    report = make(repo, "gpu_chip", like="host_ref", backing="cuda", dry_run=True)
+    assert any("differs from --like host_ref's backing 'cpu'" in w and "gloo" in w for w in report.warnings)
