@@ -208,7 +208,12 @@ def build(
         "complete": complete,
         "machine": machine,
         "gate": gate_verdicts(cases),
-        "failures": [c for c in cases if c["status"] not in ("passed", "skipped", "unjudged")],
+        # the item only serves a re-run (the evidence has it): the record the gate reads stays small
+        "failures": [
+            {k: v for k, v in c.items() if k != "item"}
+            for c in cases
+            if c["status"] not in ("passed", "skipped", "unjudged")
+        ],
         "counts": case_counts(cases),
         "summary": summary,
         "sources_decide": header.get("sources_decide", {}),
