@@ -63,11 +63,12 @@ def sources_decide(descriptor: PlatformDescriptor) -> dict[str, list[str]]:
     for source in sources:
         ops = sorted(op for op, home in op_homes.items() if home == source)
         names = {name for name, home in homes.items() if home == source}
-        importers = [other for other in sources if other != source and _imports(trees[other], source)]
+        importers = [other for other in sources if other != source and _mentions(trees[other], source)]
         if (
             ops
             and source != module
             and importers == [module]
+            and all(isinstance(node, ast.ImportFrom) for node in _mentions(module_tree, source))
             and names <= {vendor.ops[op] for op in ops}
             and not names & used
             and _only_definitions(trees[source], set(sources))
@@ -116,17 +117,18 @@ def _bound_names(node: ast.AST) -> list[str]:
     return []
 
 
-def _imports(tree: ast.Module | None, source: str) -> bool:
-    """Does this tree import `source` (or name its file or module in a string, as a loader would)?"""
+def _mentions(tree: ast.Module | None, source: str) -> list[ast.AST]:
+    """The nodes of `tree` that import `source`, or name its module in a string (as a loader would)."""
     stem = Path(source).stem
+    found: list[ast.AST] = []
     for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[-1] == stem):
-            return True
-        if isinstance(node, ast.Import) and any(a.name.split(".")[-1] == stem for a in node.names):
-            return True
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and stem in node.value:
-            return True
-    return False
+            found.append(node)
+        elif isinstance(node, ast.Import) and any(a.name.split(".")[-1] == stem for a in node.names):
+            found.append(node)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and stem in node.value:
+            found.append(node)
+    return found
 
 
 def _only_definitions(tree: ast.Module | None, sources: set[str]) -> bool:
@@ -180,7 +182,8 @@ class Plan:
 
     @property
     def k(self) -> str:
-        """The -k expression selecting exactly the items (their names end in `]` or are whole)."""
+        """The -k expression selecting the items (-k matches substrings: an item whose name holds
+        one of these runs too, which re-runs more, never less)."""
         return " or ".join(self.items)
 
     def as_dict(self) -> dict[str, Any]:

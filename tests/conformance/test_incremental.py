@@ -109,9 +109,16 @@ def test_a_kernel_file_others_may_depend_on_decides_every_case(chip: Path, edit:
         assert decide[UNARY] == [EVERY]  # the file it imports is a helper now
 
 
-def test_a_kernel_function_the_vendor_module_also_calls_is_a_helper(chip: Path) -> None:
+@pytest.mark.parametrize(
+    "addition",
+    [
+        "\n\ndef relu_twice(self):\n    return relu(relu(self))\n",  # a kernel function used as a helper
+        "\nimport split_chip_unary  # noqa: E402\n",  # the whole module: any of its names may be used
+    ],
+)
+def test_a_kernel_file_the_vendor_module_uses_otherwise_decides_every_case(chip: Path, addition: str) -> None:
     module = chip / "kernels.py"
-    module.write_text(module.read_text() + "\n\ndef relu_twice(self):\n    return relu(relu(self))\n")
+    module.write_text(module.read_text() + addition)
     decide = sources_decide(load_descriptor(chip))
     assert decide[UNARY] == [EVERY] and decide[SIGN] == ["aten::abs", "aten::neg"]
 
