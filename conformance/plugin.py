@@ -103,6 +103,10 @@ def _paths(config: pytest.Config) -> list[str]:
     return [p for p in str(config.getoption("fl_paths") or "").split(",") if p]
 
 
+def _replace_ops(config: pytest.Config) -> list[str]:
+    return [o for o in str(config.getoption("fl_replace_ops") or "").split(",") if o]
+
+
 def _suite_of(nodeid: str) -> str:
     return Path(nodeid.split("::")[0]).stem
 
@@ -143,6 +147,7 @@ def _run_header(config: pytest.Config, descriptor: Any, made_here: dict[str, Any
             "samples": config.getoption("fl_samples"),
             "sweep": config.getoption("fl_sweep"),
             "case_timeout_s": config.getoption("fl_case_timeout"),
+            "replace_ops": _replace_ops(config),
         },
     }
 
@@ -182,7 +187,7 @@ class Controller:
         self.reader = journal.Reader(self.journal_file)
         self.collector = recordfile.Collector()
         if base is not None:
-            ops = frozenset(o for o in str(config.getoption("fl_replace_ops") or "").split(",") if o)
+            ops = frozenset(_replace_ops(config))
             self.collector.seed(self.record_file, (lambda case: incremental.replaced(case, ops)) if ops else None)
         self.collector.feed(self.reader.new())
         self.done_items = sorted(self.collector.items_done | self._items_with_own_case())

@@ -219,6 +219,11 @@ def resume_selection(options: RunOptions, record_file: Path) -> RunOptions:
             "no run header); run without --resume to start a fresh run"
         )
     chosen = header.get("selection", {})
+    if chosen.get("replace_ops"):
+        raise ValueError(
+            "--resume: the interrupted run re-validated edited platform sources, which leaves the record "
+            "as it was until it completes; run without --resume to re-validate them again"
+        )
     for key, given, stored in (
         ("suites", options.suites, chosen.get("suites")),
         ("paths", options.paths, chosen.get("paths")),

@@ -15,10 +15,10 @@ import pytest
 import torch
 from conformance_helpers import FIXTURES, cases_by_id, conformance, run_env
 
-from torch_fl.conformance import recordfile
+from torch_fl.conformance import journal, recordfile
 from torch_fl.conformance.incremental import EVERY, plan, sources_decide
 from torch_fl.conformance.recordfile import identity
-from torch_fl.conformance.runner import RunOptions, incremental_plan
+from torch_fl.conformance.runner import RunOptions, incremental_plan, resume_selection
 from torch_fl.platform.gating import Gate
 from torch_fl.platform.loader import load_descriptor
 from torch_fl.platform.record import Binding, current_status
@@ -178,6 +178,14 @@ def test_full_and_explicit_selections_are_never_incremental(chip: Path, monkeypa
         RunOptions("split_chip", add=True),
     ):
         assert incremental_plan(options, record) is None
+
+
+def test_an_interrupted_incremental_run_is_run_again_not_resumed(tmp_path: Path) -> None:
+    record = tmp_path / "torch-2.13.json"
+    selection = {"suites": ["sweep"], "paths": ["vendor"], "k": "test_sweep[aten::neg-float32]"}
+    journal.start(journal.journal_path(record), {"selection": {**selection, "replace_ops": ["aten::neg"]}})
+    with pytest.raises(ValueError, match="run without --resume"):
+        resume_selection(RunOptions("split_chip", resume=True), record)
 
 
 @pytest.mark.slow  # runs the conformance command in subprocesses
