@@ -100,6 +100,24 @@ def test_the_evidence_holds_every_case_and_the_record_only_failures_and_verdicts
     assert sorted(c.id for c in evidence) == sorted(c["id"] for c in (NATIVE_CASE, emulated, broken))
 
 
+def test_the_evidence_keeps_each_case_item_and_the_record_what_decides_it(tmp_path):
+    folder = copy_platform(tmp_path, "host_ref")
+    failed = {
+        **NATIVE_CASE,
+        "id": "ops/add/float32/native/2",
+        "status": "failed",
+        "item": "ops.py::test_op[add-float32]",
+    }
+    record = write_record(folder, cases=[{**NATIVE_CASE, "item": "ops.py::test_op[add-float32]"}, failed])
+    assert record.sources_decide == {}  # a record made without an attribution: every source decides everything
+    assert {c.item for c in load_evidence(record_path(folder, "2.13"))} == {"ops.py::test_op[add-float32]"}
+    assert [c.item for c in record.failures] == [None]  # only a re-run needs it: the gate's record stays small
+    path = record_path(folder, "2.13")
+    header = {**identity(load_descriptor(folder)), "sources_decide": {"vendor_kernels.py": ["*"]}}
+    recordfile.write_cases(path, header, [NATIVE_CASE])
+    assert load_record(folder, "2.13").sources_decide == {"vendor_kernels.py": ["*"]}
+
+
 def test_evidence_that_does_not_match_its_hash_is_refused(tmp_path):
     folder = copy_platform(tmp_path, "host_ref")
     write_record(folder)
