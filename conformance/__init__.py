@@ -23,7 +23,7 @@ pytest-xdist workers and `plugin`:
 - sweepgen.py    an aten overload's sweep category and its generated arguments (by schema)
 - sweepcall.py   one generated call placed on flagos, run, and judged against the native run
 - capture.py     the aten calls the zoo models make, recorded under a dispatch mode; their replay
-- captured_calls.py  the shipped list of those calls (zoo_calls.json.gz) and each model's coverage
+- zoo_calls.py    the shipped list of those calls (zoo_calls.json.gz) and each model's coverage
 - launch.py, dist_worker.py: extra processes (distributed ranks, the reference model run)
 - suites/        ops, sweep, amp, rng, ddp, fsdp2, compile, profiler, sharing, sparse, model, workload, captured
 """

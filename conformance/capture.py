@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torch_fl.conformance.captured_calls import CAPTURED
+from torch_fl.conformance.zoo_calls import CAPTURED
 
 EXACT_VALUES = 4096
 """Integer and bool tensors up to this many elements keep their values; larger ones their range."""

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from torch_fl.conformance.captured_calls import coverage
-from torch_fl.conformance.captured_calls import load as load_captured
 from torch_fl.conformance.cost import cost
+from torch_fl.conformance.zoo_calls import coverage
+from torch_fl.conformance.zoo_calls import load as load_captured
 from torch_fl.fileio import write_atomically
 from torch_fl.platform.record import (
     RECORD_FORMAT,

@@ -72,6 +72,7 @@ NEEDS_TORCH = (
     "torch_fl.routing.runtime",
     "torch_fl.routing.tuner",
     "torch_fl.routing.tuner_worker",
+    "torch_fl.conformance.capture",
     "torch_fl.conformance.compare",
     "torch_fl.conformance.dist_worker",
     "torch_fl.conformance.opcheck",

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from torch_fl.conformance import capture, captured_calls, compare
+from torch_fl.conformance import capture, compare, zoo_calls
 from torch_fl.conformance.suites.sweep import _conclude, _overload, swept_paths
 from torch_fl.conformance.sweepcall import Plan, Planned, compare_runs, run_call, same_results
 from torch_fl.conformance.sweepgen import Call, writes_self
@@ -30,7 +30,7 @@ CALLS_PER_ITEM = 8
 
 @functools.lru_cache(maxsize=1)
 def _calls() -> tuple[dict[str, Any], ...]:
-    return tuple(captured_calls.load()["calls"])
+    return tuple(zoo_calls.load()["calls"])
 
 
 def _by_op() -> dict[str, list[int]]:
@@ -41,7 +41,7 @@ def _by_op() -> dict[str, list[int]]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "captured_calls" not in metafunc.fixturenames:
+    if "zoo_calls" not in metafunc.fixturenames:
         return
     try:
         worker = metafunc.config.pluginmanager.get_plugin("fl-worker")
@@ -49,7 +49,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     except RuntimeError:
         fl = None
     if fl is None:
-        metafunc.parametrize(("captured_op", "captured_calls"), [("-", ())], ids=["platform"])
+        metafunc.parametrize(("captured_op", "zoo_calls"), [("-", ())], ids=["platform"])
         return
     params, ids = [], []
     for op, indices in sorted(_by_op().items()):
@@ -57,7 +57,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             for start in range(0, len(indices), CALLS_PER_ITEM):
                 params.append((op, tuple(indices[start : start + CALLS_PER_ITEM])))
                 ids.append(f"{op}-{start // CALLS_PER_ITEM}")
-    metafunc.parametrize(("captured_op", "captured_calls"), params, ids=ids)
+    metafunc.parametrize(("captured_op", "zoo_calls"), params, ids=ids)
 
 
 def _exists(op: str) -> bool:
@@ -110,14 +110,14 @@ def _planned_list(specs: list[Any], g: torch.Generator) -> Planned:
     return Planned(torch.cat(storages) if storages else torch.empty(0), view)
 
 
-def test_captured(captured_op: str, captured_calls: tuple[int, ...], fl: Any) -> None:
+def test_captured(captured_op: str, zoo_calls: tuple[int, ...], fl: Any) -> None:
     fl.own_cases()
     compare.compare_metadata(torch.empty(2, 3), torch.empty(2, 3))  # imports sympy outside a case's limit
     op = captured_op
     overload = _overload(op)
     paths = swept_paths(fl, op)
     inplace = writes_self(overload)
-    for index in captured_calls:
+    for index in zoo_calls:
         call = _calls()[index]
         ids = {p: f"{SUITE}/{op}/{p}/{index}" for p in paths}
         todo = [p for p in paths if not fl.done(ids[p])]

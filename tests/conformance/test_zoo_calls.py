@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from torch_fl.conformance import capture, captured_calls
+from torch_fl.conformance import capture, zoo_calls
 from torch_fl.conformance.suites.captured import _plan
 
 
@@ -74,7 +74,7 @@ def test_tensor_lists_replay_as_lists() -> None:
 def test_the_shipped_list_names_every_zoo_model() -> None:
     from torch_fl.workloads import zoo
 
-    data = captured_calls.load()
+    data = zoo_calls.load()
     assert data["calls"], "conformance/zoo_calls.json.gz is shipped (torch-fl conformance capture)"
     models = {label.split("/")[0] for label in data["calls_by_model"]}
     assert models == set(zoo.ARCHS)
@@ -87,5 +87,5 @@ def test_coverage_counts_each_models_calls_as_often_as_it_makes_them() -> None:
         {"id": "captured/aten::add.Tensor/flaggems/1", "status": "skipped"},
         {"id": "sweep/aten::mm/bfloat16/flaggems/size=1", "status": "passed"},
     ]
-    row = captured_calls.coverage(cases, calls)["m/train"]
+    row = zoo_calls.coverage(cases, calls)["m/train"]
     assert row == {"calls": 4, "gated": 4, "judged": 3, "judged_share": 0.75}
