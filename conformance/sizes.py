@@ -13,8 +13,18 @@ class of the gate key (torch_fl.routing.gatekey.SIZE_CLASSES: tiny <= 2^8, small
 - attention: (batch, heads, seq, head_dim);
 - conv: (N, C_in, H, W, C_out, kernel, stride, padding), ImageNet-like stages.
 
-Compute-heavy categories (matmul, attention, conv) run their size sweep in floating dtypes only;
-other dtypes get their layouts there. Every category gets every layout that applies to it.
+Each category also varies one dimension at a time (DIM_SWEEPS) across 2^k - 1, 2^k, 2^k + 1 for
+the k in DIM_KS up to a realistic extent, the other dims small, so that a threshold in one
+dimension (a split-K above some K, a long normalised row of a 3-D input, a grid limit in rows)
+shows at moderate numel. Arguments that pick another code path (sweepgen.SELECTORS: keepdim,
+rounding_mode, approximate, a reduction's dim, ...) run each of their values at every size case.
+
+Compute-heavy categories (matmul, attention, conv) run their size sweeps in floating dtypes only;
+other dtypes get their layouts there. Every category gets every layout that applies to it, at
+LAYOUT_DIMS; elementwise ops get SIZED_LAYOUTS at every size class too (LAYOUT_SIZES).
+
+Where the platform exposes several devices, each op x dtype also runs on every other device index
+at SPECIAL_SIZES and one layout, with the current device that index and with it left at 0.
 
 Random inputs never hold NaN, infinities, signed zeros or subnormals and (for floats) never tie,
 so every category also runs its special-value cases at SPECIAL_SIZES: one small, one above 2^12
@@ -65,6 +75,43 @@ SIZES: dict[str, tuple[tuple[int, ...], ...]] = {
 """Category -> the dims of each size case (see the module docstring for what the dims are). Each
 category reaches every size class with its largest tensor argument (the gate key's size)."""
 
+DIM_KS: tuple[int, ...] = (4, 8, 10, 12, 13, 16)
+"""The k of the 2^k - 1, 2^k, 2^k + 1 a one-dimension sweep visits below its top (sparse: the
+common tile and block edges and the 65535 grid limit, not every power of two)."""
+
+
+def _around(top: int) -> tuple[int, ...]:
+    """2^k - 1, 2^k, 2^k + 1 for the k of DIM_KS below `top`, and for `top` itself."""
+    return tuple(n for k in (*(k for k in DIM_KS if k < top), top) for n in (2**k - 1, 2**k, 2**k + 1))
+
+
+DIM_SWEEPS: dict[str, dict[str, tuple[tuple[int, ...], ...]]] = {
+    "reduction": {
+        "reduced": tuple((3, n) for n in _around(20)),
+        "rows": tuple((n, 3) for n in _around(16)),  # past the 65535 blocks of a grid's y and z
+    },
+    "matmul": {
+        "K": tuple((17, 33, n) for n in _around(13)),
+        "M": tuple((n, 33, 17) for n in _around(13)),
+        "N": tuple((17, n, 33) for n in _around(13)),
+    },
+    "norm": {
+        # 2-D (rows, hidden) first, then 3-D (batch, seq, hidden): a kernel may treat them apart
+        "hidden": tuple((3, n) for n in _around(14)) + tuple((2, 3, n) for n in _around(14)),
+        "seq": tuple((2, n, 33) for n in _around(16)),
+    },
+    "attention": {"seq": tuple((1, 1, n, d) for d in (64, 128) for n in _around(13))},
+    "conv": {
+        "C_in": tuple((1, n, 9, 9, 8, 3, 1, 1) for n in _around(12)),
+        "H": tuple((1, 3, n, 9, 8, 3, 1, 1) for n in _around(12)),
+        "W": tuple((1, 3, 9, n, 8, 3, 1, 1) for n in _around(12)),
+        "C_out": tuple((1, 3, 9, 9, n, 3, 1, 1) for n in _around(12)),
+    },
+}
+"""Category -> {the dimension varied -> the dims of its cases}: one dimension up to a realistic
+extent (the dims as in SIZES), the others small. Elementwise ops have one dimension, their numel,
+which SIZES sweeps already."""
+
 MIXED_SIZES: dict[str, tuple[tuple[int, ...], ...]] = {
     "elementwise": ((255,), (4095,), (65535,), (1048575,), (1048577,)),
     "reduction": SIZES["reduction"],
@@ -83,6 +130,15 @@ LAYOUT_DIMS: dict[str, tuple[int, ...]] = {
     "conv": (2, 3, 9, 11, 4, 3, 1, 1),
 }
 """Category -> the (small) dims the layout and mixed-dtype cases run at."""
+
+SIZED_LAYOUTS: tuple[str, ...] = ("transposed", "strided", "offset", "expanded")
+"""The layouts whose indexing grows with the size (strides, offsets, stride-0 broadcast)."""
+
+LAYOUT_SIZES: dict[str, tuple[tuple[int, ...], ...]] = {
+    "elementwise": ((7, 9), (255, 257), (257, 257), (1025, 1025)),
+}
+"""Category -> the dims SIZED_LAYOUTS also run at, besides LAYOUT_DIMS: with them every size class
+(tiny, medium, large, huge, each just past the class below; LAYOUT_DIMS is small)."""
 
 LAYOUTS: tuple[str, ...] = ("transposed", "strided", "offset", "expanded", "channels_last", "0-dim", "empty")
 """How every tensor input of a layout case is laid out: the last two dims swapped (a transposed
@@ -104,7 +160,7 @@ SPECIAL_SIZES: dict[str, tuple[tuple[int, ...], ...]] = {
     "conv": (LAYOUT_DIMS["conv"], (1, 3, 40, 40, 8, 3, 1, 1)),
 }
 """Category -> the dims of its special-value cases: two size classes (small, and medium by its
-largest tensor argument)."""
+largest tensor argument). The cases on other device indices run at them too, with random values."""
 
 VALUE_KINDS: dict[str, str] = {
     "extremal": "1 in 16 elements NaN, +-inf, +-0.0, subnormals, the smallest normal, and the dtype's "

@@ -1,7 +1,8 @@
-"""Running one generated call on the flagos device and judging a path's run against the native one.
+"""Running one generated call on a flagos device and judging a path's run against the native one.
 
 A call's tensors are planned once on the CPU (values, and the view that lays them out) and placed
-afresh for every run, so the native route and each path see the same inputs in the same layout.
+afresh for every run on the device of the case (`flagos`, or another index: `flagos:1`), so the
+native route and each path see the same inputs in the same layout.
 Values are random (randn; small nonzero integers), or special ones of a kind named in
 conformance/sizes.py VALUE_KINDS: extremes, non-finite values, signed zeros, subnormals, ties.
 """
@@ -209,12 +210,16 @@ def with_outs(call: Call, outs: dict[str, Planned] | None) -> Call:
 
 
 def run_call(
-    plan: Plan, outs: dict[str, Planned] | None, judge_inputs: bool, route: Callable[[], Any] = contextlib.nullcontext
+    plan: Plan,
+    outs: dict[str, Planned] | None,
+    judge_inputs: bool,
+    route: Callable[[], Any] = contextlib.nullcontext,
+    device: str = "flagos",
 ) -> Observed:
-    """Call the overload on flagos with a fresh copy of the planned arguments, inside `route()`
-    only (the copies and checks around it run on the native route)."""
+    """Call the overload with a fresh copy of the planned arguments on `device` (a flagos device
+    string), inside `route()` only (the copies and checks around it run on the native route)."""
     call = with_outs(plan.call, outs)
-    args, kwargs, bases = Plan(call, plan.overload).place("flagos")
+    args, kwargs, bases = Plan(call, plan.overload).place(device)
     targets = [args[0]] if call.inplace else [kwargs[name] for _, name in call.out_slots]
     target_ids = {id(t) for t in targets}
     before_inputs = [
@@ -252,7 +257,7 @@ def _is_fp8(dtype: torch.dtype) -> bool:
 def compare_runs(
     got: Observed, native: Observed, dtype: torch.dtype, inputs: list[torch.Tensor], signed_zeros: bool = False
 ) -> list[str]:
-    """Values and metadata of every output and written target of `got` against `native`;
+    """Values, metadata and device of every output and written target of `got` against `native`;
     `signed_zeros`: a zero's sign must be the native's too."""
     problems: list[str] = []
     pairs = list(zip(got.outputs, native.outputs)) + list(zip(got.written, native.written))
@@ -266,6 +271,8 @@ def compare_runs(
             problems.append(f"output {i}: got {type(a).__name__}, expected a tensor")
             continue
         problems += [f"output {i}: {p}" for p in compare.compare_metadata(a, e)]
+        if a.device != e.device:
+            problems.append(f"output {i}: on {a.device}, expected {e.device}")
         if a.dtype != e.dtype or a.shape != e.shape:
             continue
         if _is_fp8(e.dtype):

@@ -3,7 +3,8 @@
 An overload's category (conformance/sizes.py) comes from its tags (pointwise, reduction) or, for
 the compute-heavy families, from CATEGORY_BY_PACKET. Its arguments are filled by schema: tensors
 by role (name) from the category's dims, required numbers and flags by name; an argument nothing
-here knows how to fill makes the overload `not swept`, with that reason.
+here knows how to fill makes the overload `not swept`, with that reason. Arguments that pick
+another code path (SELECTORS) take each of their values in cases of their own (`selector_variants`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,19 @@ NOT_SWEPT_TAGS = {
     "nondeterministic_seeded": "random: the ops and rng suites check it for reproducibility under a seed",
     "dynamic_output_shape": "its output shape depends on the values: the ops suite checks it",
 }
+
+
+SELECTORS: dict[str, tuple[Any, ...]] = {
+    "keepdim": (False, True),
+    "dim": (-1, 0),  # of a reduction: along rows, and across them
+    "rounding_mode": (None, "trunc", "floor"),
+    "approximate": ("none", "tanh"),
+    "unbiased": (True, False),
+    "correction": (None, 0),
+    "is_causal": (False, True),
+}
+"""Arguments that pick another code path -> their values; the first is the plain call's (the
+schema's default, or the value `build` fills a required one with)."""
 
 
 class NotSwept(Exception):
@@ -124,12 +138,10 @@ def _number(name: str, cat: str, dims: tuple[int, ...]) -> Any:
         if name in known:
             return known[name]
     table = {
-        "dim": -1,
-        "keepdim": False,
+        **{selector: values[0] for selector, values in SELECTORS.items()},
         "half_to_float": False,
         "eps": 1e-5,
         "dropout_p": 0.0,
-        "is_causal": False,
         "compute_log_sumexp": False,
         "return_debug_mask": False,
         "normalized_shape": [dims[-1]],
@@ -138,6 +150,17 @@ def _number(name: str, cat: str, dims: tuple[int, ...]) -> Any:
     if name in table:
         return table[name]
     raise NotSwept(f"required argument {name!r}: no sweep value for it")
+
+
+def selector_variants(overload: torch._ops.OpOverload, cat: str) -> list[dict[str, Any]]:
+    """One {argument: value} per value other than the plain one of each selector the overload takes
+    (SELECTORS), in schema order; `dim` only for reductions (a norm normalises the last dim)."""
+    return [
+        {arg.name: value}
+        for arg in overload._schema.arguments
+        if arg.name in SELECTORS and (arg.name != "dim" or cat == "reduction")
+        for value in SELECTORS[arg.name][1:]
+    ]
 
 
 @dataclass

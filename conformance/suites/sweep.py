@@ -3,14 +3,30 @@
 One pytest item per op x dtype (the descriptor's dtypes, or the op's own operand dtypes in
 OPERAND_DTYPES), for each op some gated kernel set (flaggems, vendor, emulated) implements;
 `native` is the reference and `cpu` runs PyTorch's own CPU kernels, so neither is swept. The
-item's cases come from conformance/sizes.py by the op's category (conformance/sweepgen.py): sizes
-around powers of two up to every size class of the gate key, every layout (transposed, strided,
-offset, expanded, channels_last, 0-dim, empty), and dtype mixes (a second operand of another dtype
-or 0-dim, `out=` of another dtype, `dtype=`). Each call is made once on the native route and once
-per path with the same inputs (conformance/sweepcall.py), and the path must:
+item's cases come from conformance/sizes.py by the op's category (conformance/sweepgen.py), in
+this order (a case's name says which it is):
+
+- `size=`: sizes around powers of two up to every size class of the gate key;
+- `vary=<dim>,size=`: one dimension at a time around powers of two up to a realistic extent, the
+  others small (matmul K, M, N; a norm's row length in 2-D and 3-D inputs; attention's sequence;
+  a reduction's extent and rows; conv channels and spatial dims);
+- `size=...,<argument>=<value>`: each value of an argument that picks another code path
+  (sweepgen.SELECTORS: keepdim, a reduction's dim, rounding_mode, approximate, ...) at every size
+  case above;
+- `layout=`: every layout (transposed, strided, offset, expanded, channels_last, 0-dim, empty) at
+  a small size, and for elementwise ops transposed, strided, offset and expanded at every size
+  class too (`layout=...,size=`);
+- `mixed:`: dtype mixes (a second operand of another dtype or 0-dim, `out=` of another dtype,
+  `dtype=`);
+- `device=<i>,current=<c>,`: where the platform exposes several devices, a sample (two sizes, one
+  layout) with the inputs on each other index i, once with i current and once with 0 current;
+- `special=`: special values (below).
+
+Each call is made once on the native route and once per path with the same inputs on the same
+device (conformance/sweepcall.py), and the path must:
 
 - give the native values (FlagGems tolerances at the op's dtype, atol scaled by the reduction
-  length; integers, bool and FP8 exact) with the native dtype, shape and strides;
+  length; integers, bool and FP8 exact) with the native dtype, shape, strides and device;
 - leave its inputs as they were; write an in-place `self` and return it, in the same storage;
   write `out=` and return it; write nothing in the guard elements around an in-place or `out=`
   target (size cases);
@@ -26,12 +42,13 @@ A case is `sweep/<op>/<dtype>/<path>/<case>/<gate key>`: the gate enables the pa
 the keys whose cases passed. A kernel that crashes or hangs fails the key in flight; the item
 goes on with its next case in a fresh worker (later cases whose dtypes failed on a path, at any
 size, are skipped: the gate refuses those dtypes at every size, and each crash or hang costs a
-worker). Ops without a
-generator are listed as skipped cases `sweep/<op>/-/<path>/not-swept`, with the reason.
+worker). The gate key does not name layouts, argument values or devices: a failure at any of them
+refuses the op's dtypes at every size all the same. Ops without a generator are listed as skipped cases `sweep/<op>/-/<path>/not-swept`, with the reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import zlib
 from dataclasses import dataclass, field
@@ -42,11 +59,14 @@ import torch
 
 from torch_fl.conformance import compare
 from torch_fl.conformance.sizes import (
+    DIM_SWEEPS,
     EXTREMAL_KIND,
     HEAVY,
     LAYOUT_DIMS,
+    LAYOUT_SIZES,
     LAYOUTS,
     MIXED_SIZES,
+    SIZED_LAYOUTS,
     SIZES,
     SPECIAL_SIZES,
 )
@@ -60,7 +80,14 @@ from torch_fl.conformance.sweepcall import (
     same_results,
     with_outs,
 )
-from torch_fl.conformance.sweepgen import NotSwept, build, category, writes_self
+from torch_fl.conformance.sweepgen import (
+    NotSwept,
+    build,
+    category,
+    selector_variants,
+    tensor_shapes,
+    writes_self,
+)
 from torch_fl.platform.record import GATED_PATHS, without_size
 from torch_fl.routing.constraints import refusal
 from torch_fl.routing.gatekey import call_key
@@ -182,6 +209,13 @@ class Spec:
     out_dtype: torch.dtype | None = None
     guarded: bool = False
     values: str | None = None  # a kind of special inputs (sizes.VALUE_KINDS); None: random ones
+    device: int | None = None  # the flagos index the inputs go to; None: the current device
+    current: int | None = None  # the device index made current around the calls; None: left as it is
+
+    @property
+    def place(self) -> str:
+        """The device string the inputs go to."""
+        return "flagos" if self.device is None else f"flagos:{self.device}"
 
 
 def _dims_name(dims: tuple[int, ...]) -> str:
@@ -231,25 +265,89 @@ def special_kinds(cat: str, dtype: torch.dtype) -> list[str]:
     return ["ties"] + ([EXTREMAL_KIND[cat]] if dtype != torch.bool else [])
 
 
-def specs(op: str, overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype) -> list[Spec]:
-    """Every case of `op` in `dtype`: sizes, kwarg variants, layouts, dtype mixes, special values."""
+def _words(extra: dict[str, Any]) -> str:
+    """Keyword arguments as a case name's part: `keepdim=True,dtype=float32`."""
+    return ",".join(f"{k}={str(v).removeprefix('torch.')}" for k, v in extra.items())
+
+
+def _dim_sweeps(overload: torch._ops.OpOverload, cat: str) -> list[tuple[str, tuple[int, ...]]]:
+    """(varied dimension, dims) of the category's one-dimension sweeps, without repeats: an op that
+    ignores a dimension (N of a matrix-vector product) would run the same call again."""
+    packet = overload._schema.name.split("::", 1)[1]
+    roles = _tensor_roles(overload)
+    seen, out = set(), []
+    for varied, all_dims in DIM_SWEEPS.get(cat, {}).items():
+        for dims in all_dims:
+            shape_of = tensor_shapes(cat, packet, dims)
+            shapes = tuple(shape_of(role) for role in roles)
+            if shapes not in seen:
+                seen.add(shapes)
+                out.append((varied, dims))
+    return out
+
+
+def _device_specs(cat: str, sized: bool, base: dict[str, Any], devices: int) -> list[Spec]:
+    """A sample on each device index but 0 (SPECIAL_SIZES with random values, and one layout), once
+    with that index current and once with 0 current: a kernel may use the current device's state."""
+    sample = [(f"size={_dims_name(dims)}", dims, None) for dims in (SPECIAL_SIZES[cat] if sized else ())]
+    sample.append(("layout=transposed", LAYOUT_DIMS[cat], "transposed"))
+    return [
+        Spec(
+            f"device={index},current={current},{name}",
+            dims,
+            layout=layout,
+            extra=dict(base),
+            device=index,
+            current=current,
+        )
+        for index in range(1, devices)
+        for current in (0, index)
+        for name, dims, layout in sample
+    ]
+
+
+def specs(op: str, overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype, devices: int = 1) -> list[Spec]:
+    """Every case of `op` in `dtype` on a platform of `devices` device indices: sizes, kwarg variants,
+    one-dimension sweeps, layouts, dtype mixes, each of those at every selector value, other devices,
+    special values. New kinds of cases come after the older ones, so that those keep their place in
+    a run."""
     floating = dtype.is_floating_point or dtype.is_complex
-    sizes = SIZES[cat] if (floating or cat not in HEAVY) else ()
-    out = []
+    sized = floating or cat not in HEAVY
     base = BASE_KWARGS.get(op, {})
-    for dims in sizes:
-        out.append(Spec(f"size={_dims_name(dims)}", dims, extra=dict(base), guarded=True))
+    sizes: list[Spec] = []
+    for dims in SIZES[cat] if sized else ():
+        sizes.append(Spec(f"size={_dims_name(dims)}", dims, extra=dict(base), guarded=True))
         for extra in KWARG_VARIANTS.get(op, ()):
-            words = ",".join(f"{k}={str(v).removeprefix('torch.')}" for k, v in extra.items())
-            out.append(Spec(f"size={_dims_name(dims)},{words}", dims, extra={**base, **extra}, guarded=True))
+            sizes.append(Spec(f"size={_dims_name(dims)},{_words(extra)}", dims, extra={**base, **extra}, guarded=True))
+    swept = [
+        Spec(f"vary={varied},size={_dims_name(dims)}", dims, extra=dict(base), guarded=True)
+        for varied, dims in (_dim_sweeps(overload, cat) if sized else ())
+    ]
+    laid = []
     for layout in LAYOUTS:
         if cat in LAYOUT_CATEGORIES.get(layout, frozenset({cat})):
             dims = FOUR_D if (layout == "channels_last" and cat == "elementwise") else LAYOUT_DIMS[cat]
-            out.append(Spec(f"layout={layout}", dims, layout=layout, extra=dict(base)))
+            laid.append(Spec(f"layout={layout}", dims, layout=layout, extra=dict(base)))
+    for layout in SIZED_LAYOUTS:
+        for dims in LAYOUT_SIZES.get(cat, ()):
+            laid.append(Spec(f"layout={layout},size={_dims_name(dims)}", dims, layout=layout, extra=dict(base)))
+    mixed = []
     for dims in MIXED_SIZES.get(cat, (LAYOUT_DIMS[cat],)):
         for name, fields in _mixes(overload, cat, dtype):
             fields = {**fields, "extra": {**base, **fields.get("extra", {})}}
-            out.append(Spec(f"mixed:{name},size={_dims_name(dims)}", dims, **fields))
+            mixed.append(Spec(f"mixed:{name},size={_dims_name(dims)}", dims, **fields))
+    variants = selector_variants(overload, cat)
+
+    def selected(plain: list[Spec]) -> list[Spec]:
+        # every gate key the plain cases prove (a 0-dim input, a dtype mix) is proven at each value
+        return [
+            dataclasses.replace(spec, name=f"{spec.name},{_words(extra)}", extra={**spec.extra, **extra})
+            for extra in variants
+            for spec in plain
+        ]
+
+    out = sizes + swept + selected(sizes + swept) + laid + mixed + selected(laid + mixed)
+    out += _device_specs(cat, sized, base, devices)
     # last, so that the cases above keep their place in a run; each has its own seed (by name) anyway
     for kind in special_kinds(cat, dtype):
         for dims in SPECIAL_SIZES[cat]:
@@ -305,9 +403,8 @@ def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
     cat = category(overload)
     torch_dtype = getattr(torch, dtype)
     paths = swept_paths(fl, op)
-    inplace = writes_self(overload)
     base_id = f"{SUITE}/{op}/{dtype}"
-    for spec in specs(op, overload, cat, torch_dtype):
+    for spec in specs(op, overload, cat, torch_dtype, torch.flagos.device_count()):
         ids = {p: f"{base_id}/{p}/{spec.name}" for p in paths}
         todo = [p for p in paths if not fl.done(ids[p])]
         if not todo:
@@ -316,56 +413,77 @@ def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
             plan = make_plan(overload, cat, spec, torch_dtype, _seed(op, dtype, spec.name))
         except NotSwept:
             continue  # the spec does not apply to this op (a layout on none of its inputs)
-        try:
-            outs = None
-            if plan.call.out_slots:
-                probe = {
-                    name: torch.empty(0, dtype=spec.out_dtype or torch_dtype, device="flagos")
-                    for _, name in plan.call.out_slots
-                }
-                probe_args, probe_kwargs, _ = Plan(plan.call, overload).place("flagos")
-                probed = leaves(overload(*probe_args, **{**probe_kwargs, **probe}))
-                outs = _out_buffers(plan, [t for t in probed if isinstance(t, torch.Tensor)], spec)
-            native = run_call(plan, outs, judge_inputs=not inplace)
-            again = run_call(plan, outs, judge_inputs=False)
-            fl.synchronize()
-        except Exception as exc:  # the native route rejects this call: nothing to compare a path with
-            if spec.layout is None and not spec.name.startswith("mixed"):
-                _skip_all(
-                    fl,
-                    ids,
-                    todo,
-                    op,
-                    dtype,
-                    f"the native route rejects this call: {type(exc).__name__}: {str(exc)[:300]}",
-                )
-            continue
-        deterministic = same_results(native, again)
+        with torch.flagos.device(spec.current):  # None: leaves the current device as it is
+            _run_spec(fl, op, dtype, spec, plan, ids, todo)
+
+
+def _synchronize(fl: Any, spec: Spec) -> None:
+    """Wait for the work queued on the spec's device (fl.synchronize waits for the current one)."""
+    with torch.flagos.device(spec.device):
+        fl.synchronize()
+
+
+def _run_spec(fl: Any, op: str, dtype: str, spec: Spec, plan: Plan, ids: dict[str, str], todo: list[str]) -> None:
+    """The native runs of one case, then each path's in `todo`, judged against them."""
+    overload = plan.overload
+    torch_dtype = getattr(torch, dtype)
+    inplace = writes_self(overload)
+    try:
+        outs = None
+        if plan.call.out_slots:
+            probe = {
+                name: torch.empty(0, dtype=spec.out_dtype or torch_dtype, device=spec.place)
+                for _, name in plan.call.out_slots
+            }
+            probe_args, probe_kwargs, _ = Plan(plan.call, overload).place(spec.place)
+            probed = leaves(overload(*probe_args, **{**probe_kwargs, **probe}))
+            outs = _out_buffers(plan, [t for t in probed if isinstance(t, torch.Tensor)], spec)
         cpu_args, cpu_kwargs, _ = Plan(with_outs(plan.call, outs), overload).place("cpu")
-        inputs = [t for t in cpu_args if isinstance(t, torch.Tensor)]
-        key = call_key(overload, tuple(cpu_args), cpu_kwargs).text
+        todo = _not_refused(fl, ids, todo, op, dtype, call_key(overload, tuple(cpu_args), cpu_kwargs).text)
+        if not todo:
+            return  # before the native runs: the largest cases cost seconds each
+        native = run_call(plan, outs, judge_inputs=not inplace, device=spec.place)
+        again = run_call(plan, outs, judge_inputs=False, device=spec.place)
+        _synchronize(fl, spec)
+    except Exception as exc:  # the native route rejects this call: nothing to compare a path with
+        if spec.layout is None and not spec.name.startswith("mixed"):
+            why = f"the native route rejects this call: {type(exc).__name__}: {str(exc)[:300]}"
+            _skip_all(fl, ids, todo, op, dtype, why)
+        return
+    deterministic = same_results(native, again)
+    inputs = [t for t in cpu_args if isinstance(t, torch.Tensor)]
+    for path in todo:
+        with fl.case(ids[path], SUITE, op=op, dtype=dtype, path=path) as case:
+            fl.recorder.phase(spec.name)
+            forced = functools.partial(fl.forced, op, path)
+            got = run_call(plan, outs, judge_inputs=not inplace, route=forced, device=spec.place)
+            second = (
+                run_call(plan, outs, judge_inputs=False, route=forced, device=spec.place) if deterministic else None
+            )
+            _synchronize(fl, spec)
+            # special inputs: the sign of a zero counts too, where the native route's own is reproducible
+            signed_zeros = spec.values is not None and deterministic
+            problems = got.problems + compare_runs(got, native, torch_dtype, inputs, signed_zeros)
+            if second is not None and not same_results(got, second):
+                problems.append("not deterministic: two identical calls differ, where the native route's agree")
+            _conclude(case, problems)
 
-        def same(other: str, mine: str = without_size(key)) -> bool:
-            return without_size(other) == mine
 
-        for path in todo:
-            refused = next((k for o, p, k in fl.recorder.failed_keys if (o, p) == (op, path) and same(k)), None)
-            if refused is not None:
-                # the gate refuses these dtypes at every size now; a crash or hang would cost a worker
-                _skip_all(fl, ids, [path], op, dtype, f"its dtypes already failed on {path} ({refused})")
-                continue
-            with fl.case(ids[path], SUITE, op=op, dtype=dtype, path=path) as case:
-                fl.recorder.phase(spec.name)
-                forced = functools.partial(fl.forced, op, path)
-                got = run_call(plan, outs, judge_inputs=not inplace, route=forced)
-                second = run_call(plan, outs, judge_inputs=False, route=forced) if deterministic else None
-                fl.synchronize()
-                # special inputs: the sign of a zero counts too, where the native route's own is reproducible
-                signed_zeros = spec.values is not None and deterministic
-                problems = got.problems + compare_runs(got, native, torch_dtype, inputs, signed_zeros)
-                if second is not None and not same_results(got, second):
-                    problems.append("not deterministic: two identical calls differ, where the native route's agree")
-                _conclude(case, problems)
+def _not_refused(fl: Any, ids: dict[str, str], todo: list[str], op: str, dtype: str, key: str) -> list[str]:
+    """The paths of `todo` that no earlier case of the key's dtypes failed on (at any size); the
+    others are skipped: the gate refuses those dtypes at every size now, and a crash or hang would
+    cost a worker."""
+    mine = without_size(key)
+    left = []
+    for path in todo:
+        refused = next(
+            (k for o, p, k in fl.recorder.failed_keys if (o, p) == (op, path) and without_size(k) == mine), None
+        )
+        if refused is None:
+            left.append(path)
+        else:
+            _skip_all(fl, ids, [path], op, dtype, f"its dtypes already failed on {path} ({refused})")
+    return left
 
 
 def _skip_all(fl: Any, ids: dict[str, str], todo: list[str], op: str, dtype: str, why: str) -> None:

@@ -5,10 +5,13 @@ One real `torch-fl conformance run sweep_chip --suite sweep` with thresholds dra
 this run inside the swept range: a kernel that crashes above a size, one that hangs above an
 extent, wrong values above a size, strides ignored for integers, wrong only for mixed dtypes, an
 in-place kernel that allocates, a nondeterministic one, a wrong output dtype, a write past the
-end, NaN turned into 0, argmax giving the last of equal values; relu and tanh are correct. The gate must refuse each defective route for the dtypes it fails at
-every size (below the threshold too: trust does not widen past the evidence), keep the good ones,
-and a program run afterwards, at sizes below and above the thresholds, must get right results
-without aborting or hanging, with the good kernels served by `vendor`.
+end, NaN turned into 0, argmax giving the last of equal values, a layer norm wrong only for 3-D
+inputs with long rows, a kernel wrong only for small broadcast (stride-0) inputs, a reduction
+wrong only with keepdim=True, one wrong only on device 1, a split-K matmul wrong above a K at
+small M and N; relu and tanh are correct. The gate must refuse each defective route for the
+dtypes it fails at every size (below the threshold too: trust does not widen past the evidence),
+keep the good ones, and a program run afterwards, at sizes below and above the thresholds, must
+get right results without aborting or hanging, with the good kernels served by `vendor`.
 """
 
 from __future__ import annotations
@@ -24,25 +27,47 @@ from typing import Any
 import pytest
 import torch
 from conformance_helpers import FIXTURES, cases_by_id, conformance, run_env
+from filelock import FileLock
 
 from torch_fl.conformance.sizes import ELEMENTWISE_NUMELS, SIZES
-from torch_fl.routing.gatekey import size_class
+from torch_fl.routing.gatekey import SIZE_CLASSES, size_class
 
 pytestmark = pytest.mark.slow
+ALL_CLASSES = {name for name, _ in SIZE_CLASSES}
 
 
 def _draw() -> dict[str, int]:
-    """Thresholds inside the swept range, above the layout and mix cases' small sizes."""
+    """Thresholds inside the swept range: above the layout and mix cases' small sizes, except
+    expanded_numel, between the tiny layout cases (7x9) and the small ones (33x17); norm_hidden and
+    split_k above every size case's extent, so that only the one-dimension sweeps reach them."""
     rng = random.Random()
     return {
         "crash_numel": rng.randint(600, 60000),
         "hang_k": rng.choice([k for _, _, k in SIZES["matmul"] if 100 <= k < 4096]) + rng.randint(0, 1),
         "wrong_numel": rng.randint(600, 1_000_000),
+        "norm_hidden": rng.randint(2048, 16383),
+        "expanded_numel": rng.randint(63, 560),
+        "split_k": rng.randint(1024, 8191),
     }
 
 
 @pytest.fixture(scope="module")
-def sweep_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def sweep_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> dict[str, Any]:
+    """The run, made once per pytest session: xdist workers share it (it takes minutes of both cores)."""
+    if worker_id == "master":
+        return _sweep_run(tmp_path_factory)
+    shared = tmp_path_factory.getbasetemp().parent  # this session's folder, above every worker's own
+    with FileLock(shared / "sweep_chip.lock", timeout=1800):
+        made = shared / "sweep_chip.json"
+        if made.exists():
+            run = json.loads(made.read_text())
+            return {**run, "plats": Path(run["plats"])}
+        run = _sweep_run(tmp_path_factory)
+        made.write_text(json.dumps({**run, "plats": str(run["plats"])}))
+        return run
+
+
+def _sweep_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     plats = tmp_path_factory.mktemp("plats")
     shutil.copytree(FIXTURES / "sweep_chip", plats / "sweep_chip")
     thresholds = _draw()
@@ -94,6 +119,22 @@ def _cases(run: dict[str, Any], op: str, dtype: str) -> dict[str, dict[str, Any]
         run["cases"] = cases_by_id(Path(run["out"]["record"]))
     prefix = f"sweep/{op}/{dtype}/vendor/"
     return {i: c for i, c in run["cases"].items() if i.startswith(prefix)}
+
+
+def _statuses(run: dict[str, Any], op: str, dtype: str) -> dict[str, str]:
+    """The vendor cases of `op` in `dtype`: case name (without the op, dtype, path and gate key) -> status."""
+    prefix = f"sweep/{op}/{dtype}/vendor/"
+    return {i.removeprefix(prefix).split("/")[0]: c["status"] for i, c in _cases(run, op, dtype).items()}
+
+
+def _last_dim(name: str) -> int:
+    """The last extent of a case's size: `vary=K,size=17x33x2049` -> 2049."""
+    return int(name.split("size=")[1].split(",")[0].rsplit("x", 1)[1])
+
+
+def _plain(statuses: dict[str, str]) -> dict[str, str]:
+    """The size cases with every argument at its plain value, on the current device."""
+    return {n: s for n, s in statuses.items() if n.startswith(("size=", "vary=")) and "=" not in n.split("size=")[1]}
 
 
 def _special(cases: dict[str, dict[str, Any]], kind: str | None = None) -> dict[str, dict[str, Any]]:
@@ -190,6 +231,62 @@ def test_argmax_giving_the_last_of_equal_values_is_refused(sweep_run):
     assert not any(k.startswith("int32@") for k in _proven(sweep_run, "aten::argmax"))
 
 
+def test_layer_norm_wrong_for_long_3d_rows_only(sweep_run):
+    t = sweep_run["thresholds"]["norm_hidden"]
+    statuses = _statuses(sweep_run, "aten::native_layer_norm", "float32")
+    hidden = {n: s for n, s in statuses.items() if n.startswith("vary=hidden,")}
+    two_d = {n: s for n, s in hidden.items() if n.count("x") == 1}
+    three_d = {n: s for n, s in hidden.items() if n.count("x") == 2}
+    assert any(_last_dim(n) > t for n in two_d) and set(two_d.values()) == {"passed"}, (t, two_d)  # 2-D: right
+    failed = {n for n, s in three_d.items() if s == "failed"}
+    assert failed and all(_last_dim(n) > t for n in failed), (t, three_d)  # the 3-D sweep finds the threshold
+    assert all(s == "passed" for n, s in three_d.items() if _last_dim(n) <= t), (t, three_d)
+    sized = {n: s for n, s in statuses.items() if n.startswith("size=")}
+    assert sized and set(sized.values()) == {"passed"}, sized  # no size case reaches the threshold...
+    assert not any(k.startswith("float32,") for k in _proven(sweep_run, "aten::native_layer_norm"))  # ...refused
+
+
+def test_small_broadcasts_wrong_are_refused_at_every_size(sweep_run):
+    for dtype in ("float32", "int32"):
+        statuses = _statuses(sweep_run, "aten::sin", dtype)
+        assert statuses["layout=expanded"] == "passed", statuses  # 33x17: above the threshold
+        assert statuses["layout=expanded,size=7x9"] == "failed", statuses  # the tiny layout case finds it
+        assert set(_plain(statuses).values()) == {"passed"}, statuses  # contiguous inputs are right...
+        assert not any(k.startswith(f"{dtype}@") for k in _proven(sweep_run, "aten::sin"))  # ...and refused too
+
+
+def test_reduction_wrong_with_keepdim_only(sweep_run):
+    statuses = _statuses(sweep_run, "aten::mean.dim", "float32")
+    failed = {n for n, s in statuses.items() if s == "failed"}
+    assert failed and all(n.endswith(",keepdim=True") for n in failed), failed
+    others = {n: s for n, s in statuses.items() if n.startswith(("size=", "vary=")) and "keepdim" not in n}
+    assert any(n.endswith(",dim=0") for n in others) and set(others.values()) == {"passed"}, others
+    assert not any(k.startswith("float32") for k in _proven(sweep_run, "aten::mean.dim"))
+
+
+def test_kernel_wrong_on_device_1_only(sweep_run):
+    for dtype in ("float32", "int32"):
+        statuses = _statuses(sweep_run, "aten::cos", dtype)
+        assert set(_plain(statuses).values()) == {"passed"}, statuses  # right on device 0
+        # the kernel sees its device as the current one: with flagos:0 current it is right on inputs on 1
+        on_1 = {n: s for n, s in statuses.items() if n.startswith("device=1,")}
+        assert {s for n, s in on_1.items() if n.startswith("device=1,current=0,")} == {"passed"}, on_1
+        assert any(n.startswith("device=1,current=1,") and s == "failed" for n, s in on_1.items()), on_1
+        assert not any(k.startswith(f"{dtype}@") for k in _proven(sweep_run, "aten::cos"))
+
+
+def test_split_k_wrong_above_a_k_at_small_numel(sweep_run):
+    t = sweep_run["thresholds"]["split_k"]
+    statuses = _statuses(sweep_run, "aten::bmm", "float32")
+    failed = {n for n, s in statuses.items() if s == "failed"}
+    assert failed and all(n.startswith("vary=K,") and _last_dim(n) > t for n in failed), (t, failed)
+    below = {
+        n: s for n, s in statuses.items() if n.startswith("size=") or (n.startswith("vary=K,") and _last_dim(n) <= t)
+    }
+    assert set(below.values()) == {"passed"}, (t, below)  # every size case, K up to 4096 among them, passed
+    assert not any(k.startswith("float32,") for k in _proven(sweep_run, "aten::bmm"))
+
+
 def test_good_kernels_pass_every_key(sweep_run):
     for op in ("aten::relu", "aten::tanh"):
         verdicts = _verdicts(sweep_run, op)
@@ -200,6 +297,13 @@ def test_good_kernels_pass_every_key(sweep_run):
                 special = _special(_cases(sweep_run, op, dtype), kind)
                 assert {c["status"] for c in special.values()} == {"passed"}, (op, dtype, kind, special)
                 assert {k.rsplit("@", 1)[1] for c in special.values() for k in c["keys"]} == {"small", "medium"}
+            cases = _cases(sweep_run, op, dtype)
+            for layout in ("transposed", "expanded"):  # layouts at every size class
+                laid = [c for i, c in cases.items() if f"/layout={layout}" in i]
+                assert {c["status"] for c in laid} == {"passed"}, (op, dtype, layout)
+                assert {k.rsplit("@", 1)[1] for c in laid for k in c["keys"]} == ALL_CLASSES, (op, dtype, layout)
+            on_1 = {i: c["status"] for i, c in cases.items() if "/device=1," in i}
+            assert len(on_1) == 6 and set(on_1.values()) == {"passed"}, (op, dtype, on_1)  # 2 currents x 3 cases
 
 
 PROGRAM = r"""

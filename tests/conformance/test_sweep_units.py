@@ -7,10 +7,17 @@ import math
 import pytest
 import torch
 
-from torch_fl.conformance.sizes import ELEMENTWISE_NUMELS, LAYOUTS, MIXED_SIZES, SIZES
+from torch_fl.conformance.sizes import (
+    DIM_SWEEPS,
+    ELEMENTWISE_NUMELS,
+    LAYOUTS,
+    MIXED_SIZES,
+    SIZED_LAYOUTS,
+    SIZES,
+)
 from torch_fl.conformance.suites.sweep import specs
 from torch_fl.conformance.sweepcall import plan_tensor
-from torch_fl.conformance.sweepgen import NotSwept, build, category
+from torch_fl.conformance.sweepgen import NotSwept, build, category, selector_variants
 from torch_fl.routing.gatekey import SIZE_CLASSES, size_class
 
 ALL_CLASSES = {name for name, _ in SIZE_CLASSES}
@@ -30,6 +37,107 @@ def test_the_heavy_categories_reach_the_promised_extents():
     assert {d for *_, s, d in SIZES["attention"] if s >= 2048} == {64, 128}
     assert any(d[1:4] == (3, 224, 224) for d in SIZES["conv"])
     assert max(d[1] for d in SIZES["norm"]) >= 2048
+
+
+def _lines(cases: tuple[tuple[int, ...], ...]) -> dict[tuple[int, ...], list[int]]:
+    """The other dims a one-dimension sweep holds -> its extents along the dim it varies (by rank:
+    the dim whose extent changes most)."""
+    lines: dict[tuple[int, ...], list[int]] = {}
+    for rank in {len(d) for d in cases}:
+        same_rank = [d for d in cases if len(d) == rank]
+        axis = max(range(rank), key=lambda i: len({d[i] for d in same_rank}))
+        for d in same_rank:
+            lines.setdefault(d[:axis] + (-1,) + d[axis + 1 :], []).append(d[axis])
+    return lines
+
+
+def test_one_dimension_sweeps_vary_one_dim_around_powers_of_two_up_to_realistic_extents():
+    top = {"reduction": {"reduced": 2**20}, "matmul": dict.fromkeys("KMN", 8192), "attention": {"seq": 8192}}
+    for cat, sweeps in DIM_SWEEPS.items():
+        for varied, cases in sweeps.items():
+            lines = _lines(cases)
+            assert len(lines) <= 2, (cat, varied, lines)  # one dim varies; the others stay put...
+            for held, extents in lines.items():
+                assert all(e <= 33 or e in (64, 128) for e in held), (cat, varied, held)  # ...small (head dims)
+                assert {2**12 - 1, 2**12, 2**12 + 1} <= set(extents), (cat, varied)  # around powers of two
+                assert max(extents) > top.get(cat, {}).get(varied, 2**12), (cat, varied)
+    hidden = DIM_SWEEPS["norm"]["hidden"]
+    assert {len(d) for d in hidden if d[-1] > 16384} == {2, 3}  # long rows of 2-D and 3-D inputs alike
+    seq = DIM_SWEEPS["attention"]["seq"]
+    assert {d[3] for d in seq if d[2] > 8192} == {64, 128} and {d[:2] for d in seq} == {(1, 1)}
+
+
+def test_one_dimension_sweeps_are_size_cases_of_their_own_without_repeats():
+    from torch_fl.kernels.base import resolve
+
+    mm = specs("aten::mm", resolve("aten::mm"), "matmul", torch.float32)
+    assert "vary=K,size=17x33x8193" in {s.name for s in mm} and all(s.guarded for s in mm if s.name.startswith("vary="))
+    mv = [s.name for s in specs("aten::mv", resolve("aten::mv"), "matmul", torch.float32)]
+    assert sum(n.startswith("vary=N,") for n in mv) == 1, mv  # a matrix-vector product has no N: no repeats
+    integer = specs("aten::mm", resolve("aten::mm"), "matmul", torch.int32)
+    assert not any(s.name.startswith("vary=") for s in integer)  # compute-heavy: floating dtypes only
+
+
+def test_selector_values_run_at_every_size_case():
+    from torch_fl.kernels.base import resolve
+
+    for op, cat, selectors in (
+        ("aten::sum.dim_IntList", "reduction", ["dim=0", "keepdim=True"]),
+        ("aten::gelu", "elementwise", ["approximate=tanh"]),
+        ("aten::div.Tensor_mode", "elementwise", ["rounding_mode=trunc", "rounding_mode=floor"]),
+    ):
+        overload = resolve(op)
+        cases = {s.name: s for s in specs(op, overload, cat, torch.float32)}
+        sized = [s for n, s in cases.items() if n.startswith(("size=", "vary=")) and "=" not in n.split("size=")[1]]
+        assert len(sized) == len(SIZES[cat]) + sum(map(len, DIM_SWEEPS.get(cat, {}).values())), op  # sweeps too
+        for plain in sized:
+            for words in selectors:
+                variant = cases[f"{plain.name},{words}"]
+                assert variant.dims == plain.dims and variant.guarded, (op, variant)
+                key, value = words.split("=")
+                assert str(variant.extra[key]) == value
+    mean = {s.name for s in specs("aten::mean.dim", resolve("aten::mean.dim"), "reduction", torch.int32)}
+    assert {"layout=0-dim,keepdim=True", "mixed:dtype=float32,size=3x255,keepdim=True"} <= mean  # keys of their own
+    div = build(torch.ops.aten.div.Tensor_mode, "elementwise", (5,), lambda role, shape: shape)
+    assert div.kwargs == {"rounding_mode": None}  # the plain call: true division
+    assert selector_variants(torch.ops.aten._softmax.default, "norm") == []  # a norm's dim is the last one
+
+
+def test_elementwise_layouts_run_at_every_size_class():
+    from torch_fl.kernels.base import resolve
+
+    cases = specs("aten::abs", resolve("aten::abs"), "elementwise", torch.int32)
+    for layout in SIZED_LAYOUTS:
+        laid = [s for s in cases if s.layout == layout]
+        assert {size_class(math.prod(s.dims)) for s in laid} == ALL_CLASSES, layout
+        assert f"layout={layout}" in {s.name for s in laid}  # the small case keeps its name
+
+
+def test_other_devices_run_a_sample_with_either_current_device():
+    from torch_fl.kernels.base import resolve
+
+    def on_others(devices, op="aten::add.Tensor", cat="elementwise", dtype=torch.float32):
+        return [s for s in specs(op, resolve(op), cat, dtype, devices) if s.device is not None]
+
+    assert on_others(1) == []
+    two = on_others(2)
+    assert [(s.device, s.current) for s in two] == [(1, 0)] * 3 + [(1, 1)] * 3
+    assert {s.name for s in two} >= {"device=1,current=0,layout=transposed", "device=1,current=1,size=65x65"}
+    assert {s.place for s in two} == {"flagos:1"} and len(on_others(3)) == 12
+    assert {s.layout for s in on_others(2, "aten::mm", "matmul", torch.int32)} == {"transposed"}  # no int sizes
+
+
+@pytest.mark.parametrize(
+    ("cat", "op"),
+    [("elementwise", "add.Tensor"), ("reduction", "sum.dim_IntList"), ("matmul", "mm"), ("norm", "native_layer_norm")],
+)
+def test_case_names_are_unique_and_the_plain_size_cases_come_first(cat, op):
+    from torch_fl.kernels.base import resolve
+
+    cases = specs(f"aten::{op}", resolve(f"aten::{op}"), cat, torch.float32, devices=2)
+    names = [s.name for s in cases]
+    assert len(names) == len(set(names))
+    assert names[: len(SIZES[cat])] == [f"size={'x'.join(map(str, d))}" for d in SIZES[cat]]  # ids kept
 
 
 @pytest.mark.parametrize(
