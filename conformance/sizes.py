@@ -7,9 +7,9 @@ class of the gate key (torch_fl.routing.gatekey.SIZE_CLASSES: tiny <= 2^8, small
 <= 2^16, large <= 2^20, huge above). The sizes are the dims of a category's inputs:
 
 - elementwise: numel of every tensor input, 2^k - 1, 2^k, 2^k + 1;
-- reduction: (rows, reduced extent), reduced over the last dim;
+- reduction: (rows, reduced extent), reduced over the last dim (and over the rows: SELECTORS' dim);
 - matmul: (M, N, K), extents off multiples of 8/16/64 among them; a batch of 2 for batched ops;
-- norm (layer norm, softmax, RMS norm): (batch, seq, hidden), normalised over hidden;
+- norm (layer norm, softmax, RMS norm): (batch, seq, hidden) or (rows, hidden), normalised over hidden;
 - attention: (batch, heads, seq, head_dim);
 - conv: (N, C_in, H, W, C_out, kernel, stride, padding), ImageNet-like stages.
 
@@ -17,7 +17,8 @@ Each category also varies one dimension at a time (DIM_SWEEPS) across 2^k - 1, 2
 the k in DIM_KS up to a realistic extent, the other dims small, so that a threshold in one
 dimension (a split-K above some K, a long normalised row of a 3-D input, a grid limit in rows)
 shows at moderate numel. Arguments that pick another code path (sweepgen.SELECTORS: keepdim,
-rounding_mode, approximate, a reduction's dim, ...) run each of their values at every size case.
+rounding_mode, approximate, a reduction's dim, ...) run each of their values at every size, layout
+and dtype-mix case.
 
 Compute-heavy categories (matmul, attention, conv) run their size sweeps in floating dtypes only;
 other dtypes get their layouts there. Every category gets every layout that applies to it, at
