@@ -238,19 +238,22 @@ class Recorder:
             return
         os.ftruncate(self._marker, 0)
         if done:
-            entry = {"kind": "item", "item": self.item, "worker": self.worker, "t": round(time.time(), 3)}
-            journal.append(self.journal_file, {**entry, "s": round(time.monotonic() - self._item_started, 3)})
+            seconds = round(time.monotonic() - self._item_started, 3)
+            journal.append(self.journal_file, {"kind": "item", "item": self.item, **self._stamp(), "s": seconds})
         self.item = self.item_case = None
 
     def write(self, case: CaseInfo) -> None:
         assert self.item is not None
-        # when and where it ended: what `conformance cost` reads to say where a run's time went
-        stamp = {"worker": self.worker, "t": round(time.time(), 3)}
+        stamp = self._stamp()
         for entry in case.entries(self.item):
             journal.append(self.journal_file, {**entry, **stamp})
             self._note_failure(entry)
             self.done_cases[entry["id"]] = entry["status"]
         self.done_cases[case.id] = case.status
+
+    def _stamp(self) -> dict[str, Any]:
+        """When and on which worker an entry ended: what the record's `cost` summary is made from."""
+        return {"worker": self.worker, "t": round(time.time(), 3)}
 
     # ---- gate keys (the router tells them while a route runs)
     def phase(self, phase: Any) -> None:

@@ -3,6 +3,7 @@ each model the `captured` suite judged. No torch here: the run's controller read
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from collections.abc import Iterable, Mapping
@@ -14,8 +15,10 @@ CAPTURED = Path(__file__).with_name("zoo_calls.json.gz")
 JUDGED = frozenset({"passed", "failed", "error", "crashed", "timeout"})
 
 
+@functools.lru_cache(maxsize=4)
 def load(path: Path = CAPTURED) -> dict[str, Any]:
-    """The captured calls (none when no list is shipped)."""
+    """The captured calls (none when no list is shipped). Read once per process: a run's record
+    is merged every few seconds, and the suite's items each look calls up in it."""
     if not Path(path).is_file():
         return {"calls": [], "calls_by_model": {}}
     data: dict[str, Any] = json.loads(gzip.decompress(Path(path).read_bytes()))

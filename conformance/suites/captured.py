@@ -1,7 +1,7 @@
 """captured: the calls real models make (conformance/capture.py), judged on every gated path.
 
-One item per op and group of CALLS_PER_ITEM calls; one case per captured call x gated path that implements the op, with the call's
-exact shapes, strides, offsets, dtypes and arguments. Each call runs once on the native route and
+One item per op and group of CALLS_PER_ITEM calls; one case per captured call x gated path that
+implements the op, with the call's exact shapes, strides, offsets, dtypes and arguments. Each call runs once on the native route and
 once per path with the same inputs (conformance/sweepcall.py), and the path must give the native
 values, dtype, shape and strides, leave its inputs alone and write in place where the op does.
 A case is `captured/<op>/<path>/<n>` (n: the call's index in the shipped list), judged under the
@@ -28,9 +28,9 @@ CALLS_PER_ITEM = 8
 """Calls per pytest item: an op's calls spread over the workers (a model casts in 100 shapes)."""
 
 
-@functools.lru_cache(maxsize=1)
-def _calls() -> tuple[dict[str, Any], ...]:
-    return tuple(zoo_calls.load()["calls"])
+def _calls() -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = zoo_calls.load()["calls"]
+    return calls
 
 
 def _by_op() -> dict[str, list[int]]:
@@ -41,7 +41,7 @@ def _by_op() -> dict[str, list[int]]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "zoo_calls" not in metafunc.fixturenames:
+    if "call_indices" not in metafunc.fixturenames:
         return
     try:
         worker = metafunc.config.pluginmanager.get_plugin("fl-worker")
@@ -49,7 +49,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     except RuntimeError:
         fl = None
     if fl is None:
-        metafunc.parametrize(("captured_op", "zoo_calls"), [("-", ())], ids=["platform"])
+        metafunc.parametrize(("captured_op", "call_indices"), [("-", ())], ids=["platform"])
         return
     params, ids = [], []
     for op, indices in sorted(_by_op().items()):
@@ -57,7 +57,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             for start in range(0, len(indices), CALLS_PER_ITEM):
                 params.append((op, tuple(indices[start : start + CALLS_PER_ITEM])))
                 ids.append(f"{op}-{start // CALLS_PER_ITEM}")
-    metafunc.parametrize(("captured_op", "zoo_calls"), params, ids=ids)
+    metafunc.parametrize(("captured_op", "call_indices"), params, ids=ids)
 
 
 def _exists(op: str) -> bool:
@@ -110,14 +110,14 @@ def _planned_list(specs: list[Any], g: torch.Generator) -> Planned:
     return Planned(torch.cat(storages) if storages else torch.empty(0), view)
 
 
-def test_captured(captured_op: str, zoo_calls: tuple[int, ...], fl: Any) -> None:
+def test_captured(captured_op: str, call_indices: tuple[int, ...], fl: Any) -> None:
     fl.own_cases()
     compare.compare_metadata(torch.empty(2, 3), torch.empty(2, 3))  # imports sympy outside a case's limit
     op = captured_op
     overload = _overload(op)
     paths = swept_paths(fl, op)
     inplace = writes_self(overload)
-    for index in zoo_calls:
+    for index in call_indices:
         call = _calls()[index]
         ids = {p: f"{SUITE}/{op}/{p}/{index}" for p in paths}
         todo = [p for p in paths if not fl.done(ids[p])]
