@@ -35,7 +35,7 @@ from torch_fl.conformance.progress import Progress
 from torch_fl.conformance.recorder import CaseInfo, Recorder
 from torch_fl.conformance.runner import SWEEP_SCOPES
 from torch_fl.conformance.session import Session
-from torch_fl.platform.record import evidence_path
+from torch_fl.platform.record import declared_constraints, evidence_path
 
 MERGE_EVERY_S = 10.0
 MAX_RERUNS = 50
@@ -131,6 +131,7 @@ def _run_header(config: pytest.Config, descriptor: Any, made_here: dict[str, Any
     return {
         **made_here,
         "sources_decide": incremental.sources_decide(descriptor),
+        "constraints": declared_constraints(descriptor),
         "started": recordfile.now(),
         "machine": {
             "hostname": socket.gethostname(),
@@ -416,6 +417,7 @@ class Worker:
             sweep=config.getoption("fl_sweep"),
         )
         self.session.descriptor = descriptor
+        self.recorder.constraints = declared_constraints(descriptor)
         self.reports: list[pytest.TestReport] = []
         self._announced = False
 

@@ -27,7 +27,8 @@ import pytest
 
 from torch_fl.conformance import journal
 from torch_fl.conformance.fingerprint import fingerprint
-from torch_fl.platform.record import FAILING
+from torch_fl.platform.record import FAILING, Constraints, outside_constraints
+from torch_fl.routing.extents import merge
 
 # Errors after which a CUDA context is unusable: every later case in the process would fail too.
 STICKY_ERRORS = (
@@ -57,8 +58,9 @@ class CaseInfo:
 
     `keys` are the gate keys of the calls the case made on its path (the router reports them),
     in first-seen order, each with the phases (whatever the suite named with `Recorder.phase`)
-    it was seen in. A suite that judges keys apart sets `by_key`: the case is then journaled as
-    one case per key, `<id>/<key>`, each with its own status.
+    it was seen in; `extents` the span of those calls' named extents per key (how far a pass
+    proves). A suite that judges keys apart sets `by_key`: the case is then journaled as one case
+    per key, `<id>/<key>`, each with its own status.
     """
 
     id: str
@@ -71,6 +73,7 @@ class CaseInfo:
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     keys: dict[str, set[Any]] = field(default_factory=dict)
+    extents: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # key -> extent -> [least, most]
     by_key: dict[str, tuple[str, str]] | None = None
     vetoes_only: bool = False  # a pass of this case proves no key (it checked too loosely); a failure vetoes
 
@@ -86,6 +89,7 @@ class CaseInfo:
     def entry(self, item: str) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k not in ("notes", "by_key", "vetoes_only")}
         data["keys"] = [] if self.vetoes_only and self.status == "passed" else list(self.keys)
+        data["extents"] = {k: self.extents[k] for k in data["keys"] if k in self.extents}
         if self.notes and self.status == "passed" and not self.message:
             data["message"] = "; ".join(self.notes)
         data["duration_s"] = round(self.duration_s, 4)
@@ -104,6 +108,7 @@ class CaseInfo:
                     **whole,
                     "id": f"{self.id}/{key}",
                     "keys": [key],
+                    "extents": {key: self.extents[key]} if key in self.extents else {},
                     "status": status,
                     "message": message,
                     "fingerprint": fingerprint(status, self.op, message) if status != "passed" else None,
@@ -149,6 +154,7 @@ class Recorder:
         self._reader = journal.Reader(journal_file)
         self.done_cases: dict[str, str] = {}
         self.failed_keys: set[tuple[str, str, str]] = set()  # (op, path, gate key) of failing cases so far
+        self.constraints: Constraints = {}  # the descriptor's: failures outside them refuse nothing
         self.done_items: set[str] = set()
         self._warm: set[tuple[str | None, str | None, str | None]] = set()
         self.item: str | None = None
@@ -161,6 +167,7 @@ class Recorder:
         self._started, self._limit = 0.0, 0.0
         self._item_started = 0.0
         self._in_flight: str | None = None  # the gate key of the call running now
+        self._in_flight_extents: dict[str, int] = {}
         self.refresh()
 
     # ---- what is already recorded (resume, and the re-run of an item after a crash)
@@ -176,6 +183,8 @@ class Recorder:
 
     def _note_failure(self, entry: dict[str, Any]) -> None:
         if entry.get("status") in FAILING and entry.get("op") and entry.get("path"):
+            if outside_constraints(entry, self.constraints):
+                return
             self.failed_keys.update((entry["op"], entry["path"], key) for key in entry.get("keys") or ())
 
     def is_done(self, case_id: str) -> bool:
@@ -203,6 +212,12 @@ class Recorder:
                 "dtype": case.dtype,
                 "path": case.path,
                 "keys": [self._in_flight] if self._in_flight in case.keys else [],
+                # and with that call's own extents, which a declared constraint may put outside
+                "extents": (
+                    {self._in_flight: {n: [v, v] for n, v in self._in_flight_extents.items()}}
+                    if self._in_flight in case.keys
+                    else {}
+                ),
             },
             "item_level": item_level,
             "started": since if since is not None else time.time(),
@@ -260,15 +275,17 @@ class Recorder:
         """Name what the current case is doing (a sample and part): keys seen next are filed under it."""
         self._phase = phase
 
-    def note_key(self, op: str, key: str) -> None:
-        """The router ran `op` for a call of gate `key`: file it under the current case if it is about `op`."""
+    def note_key(self, op: str, key: str, extents: dict[str, int]) -> None:
+        """The router runs `op` for a call of gate `key` with these extents: file it under the
+        current case if it is about `op`."""
         case = self.current
         if case is None or (case.op is not None and op != case.op):
             return
         case.keys.setdefault(key, set()).add(self._phase)
-        if key != self._in_flight:
-            # a crash or hang from here on is charged to this call's key (same deadline)
-            self._in_flight = key
+        merge(case.extents.setdefault(key, {}), extents)
+        if key != self._in_flight or extents != self._in_flight_extents:
+            # a crash or hang from here on is charged to this call (same deadline)
+            self._in_flight, self._in_flight_extents = key, extents
             self._mark(case, max(1.0, self._deadline - time.monotonic()), since=self._started, limit=self._limit)
 
     @contextmanager
@@ -288,7 +305,7 @@ class Recorder:
         self._deadline = time.monotonic() + limit
         self._started, self._limit = time.time(), limit
         self._mark(case, limit)
-        self.current, self._phase, self._in_flight = case, None, None
+        self.current, self._phase, self._in_flight, self._in_flight_extents = case, None, None, {}
         start = time.perf_counter()
         try:
             yield case

@@ -23,6 +23,7 @@ from torch_fl.conformance.zoo_calls import coverage
 from torch_fl.conformance.zoo_calls import load as load_captured
 from torch_fl.fileio import write_atomically
 from torch_fl.platform.record import (
+    FAILING,
     RECORD_FORMAT,
     Binding,
     Record,
@@ -31,9 +32,13 @@ from torch_fl.platform.record import (
     evidence_path,
     gate_verdicts,
     load_evidence,
+    outside_constraints,
+    proven_limits,
 )
 
-CASE_FIELDS = ("id", "suite", "op", "dtype", "path", "keys", "status", "message", "fingerprint", "duration_s", "item")
+CASE_FIELDS = (
+    "id", "suite", "op", "dtype", "path", "keys", "extents", "status", "message", "fingerprint", "duration_s", "item"
+)  # fmt: skip
 STATUSES = ("passed", "failed", "error", "crashed", "timeout", "unjudged", "skipped")
 MAX_FAILURES = 300
 CRITERION = 0.95
@@ -51,7 +56,7 @@ def identity(descriptor: Any) -> dict[str, Any]:
     return {"platform": descriptor.name, "binding": binding.model_dump()}
 
 
-_CASE_DEFAULTS: dict[str, Any] = {"keys": [], "message": "", "duration_s": 0.0}
+_CASE_DEFAULTS: dict[str, Any] = {"keys": [], "extents": {}, "message": "", "duration_s": 0.0}
 
 
 def _case_fields(entry: dict[str, Any]) -> dict[str, Any]:
@@ -184,6 +189,10 @@ def build(
     """The record as a dict with exactly the loader's fields, and every case (its evidence)."""
     header = collector.header or {}
     cases = sorted(collector.cases.values(), key=lambda c: (c["suite"], c["id"]))
+    constraints = header.get("constraints") or {}
+    for case in cases:
+        if case["status"] in FAILING and outside_constraints(case, constraints):
+            case["outside_constraints"] = True
     summary = summarize(cases)
     summary.update(extra_summary or {})
     if collector.item_seconds:
@@ -208,6 +217,7 @@ def build(
         "complete": complete,
         "machine": machine,
         "gate": gate_verdicts(cases),
+        "limits": proven_limits(cases),
         # the item only serves a re-run (the evidence has it): the record the gate reads stays small
         "failures": [
             {k: v for k, v in c.items() if k != "item"}

@@ -113,6 +113,17 @@ DIM_SWEEPS: dict[str, dict[str, tuple[tuple[int, ...], ...]]] = {
 extent (the dims as in SIZES), the others small. Elementwise ops have one dimension, their numel,
 which SIZES sweeps already."""
 
+LIMIT_PROBES: dict[str, dict[str, tuple[tuple[int, ...], ...]]] = {
+    "elementwise": {"numel": ((0,),), "last": ((0,),)},
+    "reduction": {"last": ((3, 0),)},
+    "matmul": {"M": ((0, 33, 17),), "N": ((17, 0, 33),), "K": ((17, 33, 0),)},
+    "norm": {"last": ((3, 0), (2, 3, 0))},
+    "attention": {"seq": ((1, 1, 0, 64),), "head_dim": ((1, 1, 9, 0),)},
+}
+"""Category -> named extent (torch_fl.routing.extents) -> the dims of the cases that probe a
+declared limit of it, the varied dimension given as 0 (the limit and one past it go there): a
+platform that declares `K: {max: 512}` for its matmul is tried at K = 512 and 513, others small."""
+
 MIXED_SIZES: dict[str, tuple[tuple[int, ...], ...]] = {
     "elementwise": ((255,), (4095,), (65535,), (1048575,), (1048577,)),
     "reduction": SIZES["reduction"],

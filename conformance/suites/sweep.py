@@ -65,6 +65,7 @@ from torch_fl.conformance.sizes import (
     LAYOUT_DIMS,
     LAYOUT_SIZES,
     LAYOUTS,
+    LIMIT_PROBES,
     MIXED_SIZES,
     SIZED_LAYOUTS,
     SIZES,
@@ -88,8 +89,10 @@ from torch_fl.conformance.sweepgen import (
     tensor_shapes,
     writes_self,
 )
+from torch_fl.platform.gating import fits
 from torch_fl.platform.record import GATED_PATHS, without_size
 from torch_fl.routing.constraints import refusal
+from torch_fl.routing.extents import extent_function
 from torch_fl.routing.gatekey import call_key
 
 SUITE = "sweep"
@@ -211,6 +214,7 @@ class Spec:
     values: str | None = None  # a kind of special inputs (sizes.VALUE_KINDS); None: random ones
     device: int | None = None  # the flagos index the inputs go to; None: the current device
     current: int | None = None  # the device index made current around the calls; None: left as it is
+    probe: bool = False  # tries a declared limit: runs on a path even outside its declared limits
 
     @property
     def place(self) -> str:
@@ -306,11 +310,33 @@ def _device_specs(cat: str, sized: bool, base: dict[str, Any], devices: int) -> 
     ]
 
 
-def specs(op: str, overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype, devices: int = 1) -> list[Spec]:
+def _limit_specs(cat: str, declared: dict[str, tuple[int, int]], base: dict[str, Any]) -> list[Spec]:
+    """Both sides of each declared limit (`declared`: extent -> (min, max or -1)) that the
+    category can vary on its own: the last extent in and the first out."""
+    out = []
+    for name, (low, high) in sorted(declared.items()):
+        edges = ([low - 1, low] if low > 0 else []) + ([high, high + 1] if high >= 0 else [])
+        for template in LIMIT_PROBES.get(cat, {}).get(name, ()):
+            for value in edges:
+                dims = tuple(value if d == 0 else d for d in template)
+                out.append(
+                    Spec(f"limit={name},size={_dims_name(dims)}", dims, extra=dict(base), guarded=True, probe=True)
+                )
+    return out
+
+
+def specs(
+    op: str,
+    overload: torch._ops.OpOverload,
+    cat: str,
+    dtype: torch.dtype,
+    devices: int = 1,
+    declared: dict[str, tuple[int, int]] | None = None,
+) -> list[Spec]:
     """Every case of `op` in `dtype` on a platform of `devices` device indices: sizes, kwarg variants,
     one-dimension sweeps, layouts, dtype mixes, each of those at every selector value, other devices,
-    special values. New kinds of cases come after the older ones, so that those keep their place in
-    a run."""
+    special values, and both sides of the `declared` limits. New kinds of cases come after the older
+    ones, so that those keep their place in a run."""
     floating = dtype.is_floating_point or dtype.is_complex
     sized = floating or cat not in HEAVY
     base = BASE_KWARGS.get(op, {})
@@ -353,7 +379,7 @@ def specs(op: str, overload: torch._ops.OpOverload, cat: str, dtype: torch.dtype
         for dims in SPECIAL_SIZES[cat]:
             name = f"special={kind.split('-')[0]},size={_dims_name(dims)}"
             out.append(Spec(name, dims, extra=dict(base), values=kind))
-    return out
+    return out + (_limit_specs(cat, declared, base) if declared and sized else [])
 
 
 def make_plan(overload: torch._ops.OpOverload, cat: str, spec: Spec, dtype: torch.dtype, seed: int) -> Plan:
@@ -404,7 +430,8 @@ def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
     torch_dtype = getattr(torch, dtype)
     paths = swept_paths(fl, op)
     base_id = f"{SUITE}/{op}/{dtype}"
-    for spec in specs(op, overload, cat, torch_dtype, torch.flagos.device_count()):
+    declared = _declared(fl, op, paths)
+    for spec in specs(op, overload, cat, torch_dtype, torch.flagos.device_count(), _probed(declared)):
         ids = {p: f"{base_id}/{p}/{spec.name}" for p in paths}
         todo = [p for p in paths if not fl.done(ids[p])]
         if not todo:
@@ -415,6 +442,37 @@ def test_sweep(sweep_op: str, dtype: str, fl: Any) -> None:
             continue  # the spec does not apply to this op (a layout on none of its inputs)
         with torch.flagos.device(spec.current):  # None: leaves the current device as it is
             _run_spec(fl, op, dtype, spec, plan, ids, todo)
+
+
+def _declared(fl: Any, op: str, paths: list[str]) -> dict[str, dict[str, tuple[int, int]]]:
+    """path -> the limits its descriptor entry declares for `op` (extent -> (min, max or -1))."""
+    out = {}
+    for path in paths:
+        limits = fl.descriptor.kernels.constraints(path).get(op, {})
+        if limits:
+            out[path] = {n: (lim.min or 0, -1 if lim.max is None else lim.max) for n, lim in limits.items()}
+    return out
+
+
+def _probed(declared: dict[str, dict[str, tuple[int, int]]]) -> dict[str, tuple[int, int]]:
+    """Every limit any path declares (each probed on every path: a probe is cheap, and shows where
+    the other paths stand)."""
+    return {name: limit for limits in declared.values() for name, limit in limits.items()}
+
+
+def inside_declared(
+    fl: Any, op: str, paths: list[str], ids: dict[str, str], dtype: str, extents: dict[str, int]
+) -> list[str]:
+    """The paths of `paths` whose declared limits take a call of these extents; the others are
+    skipped: the runtime never sends it them, so it proves and refuses nothing there."""
+    declared = _declared(fl, op, paths)
+    left = []
+    for path in paths:
+        if path in declared and not fits(declared[path], extents):
+            _skip_all(fl, ids, [path], op, dtype, f"outside the limits {path} declares for {op}: {declared[path]}")
+        else:
+            left.append(path)
+    return left
 
 
 def _synchronize(fl: Any, spec: Spec) -> None:
@@ -439,6 +497,8 @@ def _run_spec(fl: Any, op: str, dtype: str, spec: Spec, plan: Plan, ids: dict[st
             probed = leaves(overload(*probe_args, **{**probe_kwargs, **probe}))
             outs = _out_buffers(plan, [t for t in probed if isinstance(t, torch.Tensor)], spec)
         cpu_args, cpu_kwargs, _ = Plan(with_outs(plan.call, outs), overload).place("cpu")
+        if not spec.probe:
+            todo = inside_declared(fl, op, todo, ids, dtype, extent_function(op)(tuple(cpu_args), cpu_kwargs))
         todo = _not_refused(fl, ids, todo, op, dtype, call_key(overload, tuple(cpu_args), cpu_kwargs).text)
         if not todo:
             return  # before the native runs: the largest cases cost seconds each

@@ -111,9 +111,9 @@ def test_a_crash_is_charged_to_the_key_of_the_call_in_flight(tmp_path: Path) -> 
     recorder.begin_item("t.py::x", CaseInfo("item", "ops"))
     marker = inflight_path(tmp_path / "run", "gw0")
     with recorder.case("ops/x", "ops", op="aten::mm", path="flaggems"):
-        recorder.note_key("aten::mm", "float32,float32@tiny")
-        recorder.note_key("aten::mm", "float32,float32@large")
-        recorder.note_key("aten::mm", "float32,float32@tiny")  # seen before, but it is the call running now
+        recorder.note_key("aten::mm", "float32,float32@tiny", {})
+        recorder.note_key("aten::mm", "float32,float32@large", {})
+        recorder.note_key("aten::mm", "float32,float32@tiny", {})  # seen before, but it is the call running now
         assert json.loads(marker.read_text())["case"]["keys"] == ["float32,float32@tiny"]
     recorder.end_item(True)
     entries = [json.loads(line) for line in journal_file.read_text().splitlines()[1:]]

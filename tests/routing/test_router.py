@@ -207,4 +207,4 @@ def test_bucket_spans_start_above_the_buckets_they_share_calls_with():
             Bucket(max_numel=500, dtype="float32", choice="flaggems"),  # shadowed by the any-dtype bucket above it
         ],
     )
-    assert bucket_spans(route) == [(torch.bfloat16, 101, 1000), (None, 51, 5000)]
+    assert bucket_spans(route) == [(torch.bfloat16, 101, 1000, ()), (None, 51, 5000, ())]

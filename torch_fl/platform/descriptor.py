@@ -244,11 +244,47 @@ class Environment(_Model):
         return self
 
 
+class DimLimit(_Model):
+    """Where a kernel may run along one named extent (torch_fl.routing.extents), inclusive."""
+
+    min: int | None = Field(None, ge=0, description="Smallest extent the kernel serves.")
+    max: int | None = Field(None, ge=0, description="Largest extent the kernel serves.")
+
+    @model_validator(mode="after")
+    def _a_limit(self) -> DimLimit:
+        if self.min is None and self.max is None:
+            raise ValueError("a limit needs min, max or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+        return self
+
+
+class _GatedKernels(_Model):
+    constraints: dict[OpName, dict[str, DimLimit]] = Field(
+        default_factory=dict,
+        description="aten overload -> named extent (numel, rank, last; M, K, N for matmuls; seq, kv_seq, head_dim "
+        "for attention) -> limits. Calls outside go to the next candidate; conformance proves the kernel inside "
+        "and tries both sides of each limit, and failures outside do not refuse it.",
+        json_schema_extra=_OP_KEYS_ONLY,
+    )
+
+    @field_validator("constraints")
+    @classmethod
+    def _known_dims(cls, value: dict[str, dict[str, DimLimit]]) -> dict[str, dict[str, DimLimit]]:
+        from torch_fl.routing.extents import dims_of
+
+        for op, limits in value.items():
+            unknown = sorted(set(limits) - set(dims_of(op)))
+            if unknown:
+                raise ValueError(f"{op}: unknown extent(s) {unknown}; {op} is measured by {list(dims_of(op))}")
+        return value
+
+
 class NativeKernels(_Model):
     enabled: bool = Field(True, description="Run the backing device's own aten kernels on zero-copy aliases.")
 
 
-class FlagGemsKernels(_Model):
+class FlagGemsKernels(_GatedKernels):
     package: NonEmpty = Field("flag_gems", description="Import and distribution name of FlagGems.")
     version: NonEmpty = Field(description="The exact FlagGems version the routes are checked against.")
     vendor: NonEmpty = Field(description="FlagGems backend name (GEMS_VENDOR), e.g. nvidia.")
@@ -260,7 +296,7 @@ class PackagePin(_Model):
     version: NonEmpty
 
 
-class VendorKernels(_Model):
+class VendorKernels(_GatedKernels):
     module: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./-]+\.py$")] = Field(
         description="A file `name.py` inside the descriptor's folder (after resolving links); never an importable module "
         "name, which would import code from wherever the import path points."
@@ -282,7 +318,7 @@ class VendorKernels(_Model):
         return value
 
 
-class EmulatedKernels(_Model):
+class EmulatedKernels(_GatedKernels):
     fp8: bool = Field(False, description="FP8 by scaled upcast on chips without FP8 hardware.")
 
 
@@ -298,6 +334,11 @@ class Kernels(_Model):
         """Kernel set names routes may use, in the canonical order (cpu always last)."""
         optional = {"flaggems": self.flaggems, "vendor": self.vendor, "emulated": self.emulated}
         return tuple(name for name in KERNEL_SETS if optional.get(name, True) is not None)
+
+    def constraints(self, path: str) -> dict[str, dict[str, DimLimit]]:
+        """The declared constraints of kernel set `path` (none for native and cpu)."""
+        kernels = {"flaggems": self.flaggems, "vendor": self.vendor, "emulated": self.emulated}.get(path)
+        return kernels.constraints if kernels is not None else {}
 
 
 class Rng(_Model):

@@ -82,6 +82,10 @@ class Case(BaseModel):
     duration_s: float = 0.0
     item: str | None = None
     """The pytest item that ran the case (its node id): what re-runs it."""
+    extents: dict[str, dict[str, list[int]]] = {}
+    """Gate key -> named extent (torch_fl.routing.extents) -> [smallest, largest] over the case's calls."""
+    outside_constraints: bool = False
+    """A failure whose every call lies outside a constraint the descriptor declares: it refuses nothing."""
 
 
 class Binding(BaseModel):
@@ -122,6 +126,9 @@ class Record(BaseModel):
     failures: list[Case] = []
     counts: dict[str, dict[str, int]] = {}
     summary: dict[str, Any] = {}
+    limits: dict[str, dict[str, dict[str, dict[str, int]]]] | None = None
+    """op -> path -> dtypes (a gate key without its size class) -> named extent -> the largest one a
+    passing case reached: the proof reaches no further. None in records made before extents were kept."""
     sources_decide: dict[str, list[str]] = {}
     """Platform source -> the vendor ops whose cases it decides (`["*"]`: every vendor case); see
     torch_fl.conformance.incremental. Descriptor fields decide every case, kernel libraries their path's."""
@@ -150,12 +157,12 @@ def gate_verdicts(cases: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, 
 
     A key is `failed` when any case that made a call with it failed, else `passed` when one passed
     with it, else `unjudged`. A failing case that made no keyed call (it died first) vetoes every
-    key of its op and path (ANY_KEY).
+    key of its op and path (ANY_KEY). A failure outside the declared constraints refuses nothing.
     """
     gate: dict[str, dict[str, dict[str, Verdict]]] = {}
     for case in cases:
         op, path, status = case.get("op"), case.get("path"), case["status"]
-        if op is None or path not in GATED_PATHS or status == "skipped":
+        if op is None or path not in GATED_PATHS or status == "skipped" or case.get("outside_constraints"):
             continue
         keys = case.get("keys") or ([ANY_KEY] if status in FAILING else [])
         if not keys:
@@ -170,6 +177,59 @@ def gate_verdicts(cases: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, 
             else:
                 verdicts[key] = "unjudged"
     return {op: {p: dict(sorted(v.items())) for p, v in sorted(paths.items())} for op, paths in sorted(gate.items())}
+
+
+def proven_limits(cases: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
+    """op -> path -> dtypes -> named extent -> the largest extent a passing case of a gated path reached."""
+    limits: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
+    for case in cases:
+        op, path = case.get("op"), case.get("path")
+        if op is None or path not in GATED_PATHS or case["status"] != "passed":
+            continue
+        for key, extents in (case.get("extents") or {}).items():
+            reached = limits.setdefault(op, {}).setdefault(path, {}).setdefault(without_size(key), {})
+            for name, (_, largest) in extents.items():
+                reached[name] = max(reached.get(name, 0), int(largest))
+    return {
+        op: {p: {k: dict(sorted(e.items())) for k, e in sorted(f.items())} for p, f in sorted(paths.items())}
+        for op, paths in sorted(limits.items())
+    }
+
+
+Constraints = dict[str, dict[str, dict[str, dict[str, int | None]]]]
+"""path -> op -> named extent -> {"min": ..., "max": ...}: a descriptor's declared constraints as data."""
+
+
+def declared_constraints(descriptor: PlatformDescriptor) -> Constraints:
+    """The constraints `descriptor` declares, as data (what a run's journal header carries)."""
+    out: Constraints = {}
+    for path in GATED_PATHS:
+        for op, limits in descriptor.kernels.constraints(path).items():
+            out.setdefault(path, {})[op] = {name: limit.model_dump() for name, limit in limits.items()}
+    return out
+
+
+def outside_constraints(case: Mapping[str, Any], constraints: Constraints) -> bool:
+    """Does a failing case lie wholly outside what its path declares for its op? Then it refuses
+    nothing: the runtime never sends it that path. Sure only when, for every key the case made,
+    one extent puts all its calls out (a case that died before its first keyed call is not)."""
+    limits = constraints.get(case.get("path") or "", {}).get(case.get("op") or "", {})
+    spans = case.get("extents") or {}
+    keys = case.get("keys") or []
+    if not limits or not keys or any(k not in spans for k in keys):
+        return False
+    return all(_all_out(spans[k], limits) for k in keys)
+
+
+def _all_out(span: Mapping[str, list[int]], limits: Mapping[str, Mapping[str, int | None]]) -> bool:
+    for name, limit in limits.items():
+        if name not in span:
+            continue
+        low, high = span[name]
+        most, least = limit.get("max"), limit.get("min")
+        if (most is not None and low > most) or (least is not None and high < least):
+            return True
+    return False
 
 
 def case_counts(cases: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -198,7 +258,9 @@ def inconsistencies(record: Record, raw: Mapping[str, Any]) -> list[str]:
         counted.update({s: n for s, n in statuses.items() if s in FAILING})
     if counted != failing:
         problems.append(f"its counts list {dict(counted)} failing cases, its failures {dict(failing)}")
-    failed_keys = {(c.op, c.path) for c in record.failures if c.path in GATED_PATHS and c.op}
+    failed_keys = {
+        (c.op, c.path) for c in record.failures if c.path in GATED_PATHS and c.op and not c.outside_constraints
+    }
     for op, path in failed_keys:
         if "failed" not in record.gate.get(op or "", {}).get(path or "", {}).values():
             problems.append(f"{op} on {path} failed, yet no gate key of it is marked failed")
@@ -208,15 +270,23 @@ def inconsistencies(record: Record, raw: Mapping[str, Any]) -> list[str]:
 
 # Fields added to the model after records were written: left out of the hash while unset, so a
 # descriptor that does not use them keeps the hash (and the records) it had.
-_HASHED_WHEN_SET = (("capabilities", "features"),)
+_HASHED_WHEN_SET = (
+    ("capabilities", "features"),
+    ("kernels", "flaggems", "constraints"),
+    ("kernels", "vendor", "constraints"),
+    ("kernels", "emulated", "constraints"),
+)
 
 
 def descriptor_hash(descriptor: PlatformDescriptor) -> str:
     """`sha256:<hex>` of the canonical JSON of the validated model."""
     data = descriptor.model_dump(mode="json")
-    for section, name in _HASHED_WHEN_SET:
-        if not data[section][name]:
-            del data[section][name]
+    for *sections, name in _HASHED_WHEN_SET:
+        part = data
+        for section in sections:
+            part = part.get(section) or {}
+        if name in part and not part[name]:
+            del part[name]
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

@@ -13,6 +13,8 @@ class PathStatus:
     implements: bool
     validated_keys: list[str]
     note: str = ""
+    limits: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    """Gate key -> named extent -> [min, max or -1] this path serves (proven reach within the declared limits)."""
 
 
 @dataclass
@@ -26,6 +28,9 @@ class Explanation:
     paths: list[PathStatus] = field(default_factory=list)
     buckets: list[dict[str, Any]] = field(default_factory=list)
     calls: dict[str, int] = field(default_factory=dict)
+    outside: dict[str, int] = field(default_factory=dict)
+    """Calls a path's extent limits sent on to the next candidate, by path ("filter": those the C++
+    route filter sent to native before any Python ran)."""
     gate: str = ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -41,11 +46,16 @@ class Explanation:
             state = "ok" if p.available and p.implements else "unavailable"
             keys = ", ".join(p.validated_keys) or "none"
             lines.append(f"  - {p.path}: {state}; allowed gate keys: {keys}{'; ' + p.note if p.note else ''}")
+            for key, limits in p.limits.items():
+                reach = ", ".join(f"{n} {lo}..{'' if hi < 0 else hi}" for n, (lo, hi) in limits.items())
+                lines.append(f"      {key}: {reach}")
         for b in self.buckets:
             of = f" {b['dtype']}" if b.get("dtype") else ""
             lines.append(f"  bucket <= {b['max_numel']} elements{of} -> {b['choice']} {b.get('measured_us', '')}")
         if self.calls:
             lines.append("  calls: " + ", ".join(f"{k}={v}" for k, v in self.calls.items()))
+        if self.outside:
+            lines.append("  sent on by extent limits: " + ", ".join(f"{k}={v}" for k, v in self.outside.items()))
         return "\n".join(lines)
 
 
@@ -75,8 +85,16 @@ def explain(op: str) -> Explanation:
             allowed = ["any"]
         else:
             allowed = sorted(r.gate.proven_keys(name, path))
+        limits = {}
+        if not plan.bypass_gate and r.gate.measures(name, path):
+            for key in allowed:
+                limits[key] = {
+                    n: list(span) for n, span in r.gate.limits(name, path, "" if key == "any" else key).items()
+                }
         statuses.append(
-            PathStatus(path, kernels is not None, bool(kernels and kernels.implements(name)), allowed, note or "")
+            PathStatus(
+                path, kernels is not None, bool(kernels and kernels.implements(name)), allowed, note or "", limits
+            )
         )
     python = name in r.installed
     if python:
@@ -85,6 +103,10 @@ def explain(op: str) -> Explanation:
         served = "C++ native route (backing kernel on zero-copy aliases; cpu fallback if the backing lacks it)"
     route = r.table.ops.get(name)
     calls = {path: n for (o, path), n in r.counts.items() if o == name}
+    outside = {path: n for (o, path), n in r.outside.items() if o == name and n}
+    route_filter = r.installed[name].filter if python else None
+    if route_filter is not None and route_filter.outside:
+        outside["filter"] = route_filter.outside
     return Explanation(
         op=name,
         platform=r.descriptor.name,
@@ -95,5 +117,6 @@ def explain(op: str) -> Explanation:
         paths=statuses,
         buckets=[b.model_dump(exclude_none=True) for b in route.buckets] if route else [],
         calls=calls,
+        outside=outside,
         gate=r.gate.state,
     )

@@ -4,8 +4,9 @@ For each aten overload the candidates come from (first match wins): the API, FLA
 a FLAGOS_ROUTES file or the platform's routes.yaml (its entry for the op), the descriptor's route
 overrides, FLAGOS_ROUTE_DEFAULTS, the table's default order, the descriptor's route defaults (a
 default candidate applies only to the ops its kernel set offers). At call time the candidates are filtered by the conformance gate for the call's gate key
-(torch_fl.routing.gatekey: the dtypes of all its arguments and its size class), and a tuned shape
-bucket may pick among them. Ops where only the C++ paths (native, cpu) can run
+(torch_fl.routing.gatekey: the dtypes of all its arguments and its size class) and its extents
+(torch_fl.routing.extents: proven reach and declared limits), and a tuned shape bucket may pick
+among them. Ops where only the C++ paths (native, cpu) can run
 get no Python kernel at all: the C++ fallback serves them at C++ speed.
 """
 
@@ -25,8 +26,10 @@ from torch_fl import env
 from torch_fl.kernels.base import KernelSet, resolve
 from torch_fl.kernels.native import NativeKernels
 from torch_fl.kernels.registry import build_kernel_sets
+from torch_fl.platform.gating import Limits, fits
 from torch_fl.routing import overrides
 from torch_fl.routing.constraints import refusal
+from torch_fl.routing.extents import dim_refs, extent_function
 from torch_fl.routing.gatekey import key_function, size_class_bounds
 from torch_fl.routing.table import OpRoute, RouteTable
 
@@ -55,11 +58,13 @@ class OpPlan:
 @dataclass
 class _Installed:
     library: torch.library.Library
-    per_key: dict[str, list[str]] = field(default_factory=dict)
+    # gate key -> the paths that may serve it, and the extent limits of those that are limited
+    per_key: dict[str, tuple[list[str], dict[str, Limits]]] = field(default_factory=dict)
     filter: Any = None  # the C++ route filter's handle: dropping it removes the filter
 
 
-Span = tuple[Optional[torch.dtype], int, int]
+Span = tuple[Optional[torch.dtype], int, int, tuple[tuple[int, int], ...]]
+"""(first tensor's dtype or None, min numel, max numel or -1, extent limits per dim_refs or ())."""
 
 
 def size_span(key: str) -> tuple[int, int]:
@@ -82,7 +87,7 @@ def bucket_spans(route: OpRoute, runnable: Callable[[str], bool] = lambda path: 
         earlier = [b.max_numel for b in route.buckets[:i] if b.dtype is None or b.dtype == bucket.dtype]
         low = max(earlier, default=-1) + 1
         if bucket.choice != "native" and bucket.max_numel >= low and runnable(bucket.choice):
-            spans.append((getattr(torch, bucket.dtype) if bucket.dtype else None, low, bucket.max_numel))
+            spans.append((getattr(torch, bucket.dtype) if bucket.dtype else None, low, bucket.max_numel, ()))
     return spans
 
 
@@ -90,9 +95,10 @@ def _merged(spans: list[Span]) -> list[Span]:
     return sorted(set(spans), key=lambda s: (str(s[0]), s[1]))
 
 
-KeyListener = Callable[[str, str], None]
-"""Told (op, gate key) before a Python route kernel runs a call: how conformance learns the keys
-of the calls a case made (and which key was running when a kernel killed the process)."""
+KeyListener = Callable[[str, str, dict[str, int]], None]
+"""Told (op, gate key, extents) before a Python route kernel runs a call: how conformance learns
+the keys and extents of the calls a case made (and which key was running when a kernel killed the
+process)."""
 
 
 class Router:
@@ -108,6 +114,7 @@ class Router:
         self.api: dict[str, tuple[list[str], bool, bool]] = {}
         self.installed: dict[str, _Installed] = {}
         self.counts: Counter[tuple[str, str]] = Counter()
+        self.outside: Counter[tuple[str, str]] = Counter()  # calls a path's extent limits sent on
         self.warned: set[str] = set()
         self.strict = env.flag("FLAGOS_STRICT")
         self.key_listener: Optional[KeyListener] = None
@@ -172,10 +179,20 @@ class Router:
                     break
                 if path not in self.paths_for(OpPlan(plan.op, [path], plan.source, bypass_gate=plan.bypass_gate), None):
                     continue
-                if path in C_PATHS or plan.bypass_gate or self.gate.forced:
+                if path in C_PATHS or plan.bypass_gate or (self.gate.forced and not self.gate.declared(plan.op, path)):
                     return None
-                spans += [(None, *size_span(key)) for key in sorted(self.gate.proven_keys(plan.op, path))]
+                if self.gate.forced:  # every size, within the declared limits
+                    spans.append((None, 0, -1, self._span_limits(plan.op, path, "")))
+                    continue
+                keys = sorted(self.gate.proven_keys(plan.op, path))
+                spans += [(None, *size_span(key), self._span_limits(plan.op, path, key)) for key in keys]
         return spans
+
+    def _span_limits(self, op: str, path: str, key: str) -> tuple[tuple[int, int], ...]:
+        if not self.gate.measures(op, path):
+            return ()
+        limits = self.gate.limits(op, path, key)
+        return tuple(limits.get(ref.name, (0, -1)) for ref in dim_refs(op))
 
     # ---- installing kernels
     def install_all(self) -> None:
@@ -211,20 +228,29 @@ class Router:
             if spans is not None:
                 from torch_fl.runtime import core
 
-                installed.filter = core().install_route_filter(op, _merged(spans), native.serves_composite(overload))
+                refs = [(ref.arg, ref.dim if ref.arg >= 0 else i) for i, ref in enumerate(dim_refs(op))]
+                installed.filter = core().install_route_filter(
+                    op, _merged(spans), refs, native.serves_composite(overload)
+                )
             self.installed[op] = installed
 
     def _kernel(self, op: str, overload: torch._ops.OpOverload, installed: _Installed) -> Callable[..., Any]:
         profiler_on = torch._C._autograd._profiler_enabled
         call_key = key_function(overload)
+        measure = extent_function(op)
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
             key = call_key(args, kwargs)
-            if self.key_listener is not None:
-                self.key_listener(op, key.text)
-            paths = installed.per_key.get(key.text)
-            if paths is None:
-                paths = installed.per_key[key.text] = self.paths_for(self.plan(op), key.text) or ["native"]
+            entry = installed.per_key.get(key.text)
+            if entry is None:
+                entry = installed.per_key[key.text] = self._paths_and_limits(op, key.text)
+            paths, limited = entry
+            if self.key_listener is not None or limited:
+                extents = measure(args, kwargs)
+                if self.key_listener is not None:
+                    self.key_listener(op, key.text, extents)
+                if limited:
+                    paths = self._within(op, paths, limited, extents)
             route = self.table.ops.get(op)
             if route is not None and route.buckets:
                 bucket = route.bucket_for(key.numel, key.dtype)
@@ -251,6 +277,23 @@ class Router:
 
         kernel.__name__ = f"flagos_route_{op.replace('::', '_').replace('.', '_')}"
         return kernel
+
+    def _paths_and_limits(self, op: str, key: str) -> tuple[list[str], dict[str, Limits]]:
+        plan = self.plan(op)
+        paths = self.paths_for(plan, key) or ["native"]
+        if plan.bypass_gate:
+            return paths, {}
+        return paths, {p: self.gate.limits(op, p, key) for p in paths if self.gate.measures(op, p)}
+
+    def _within(self, op: str, paths: list[str], limited: dict[str, Limits], extents: dict[str, int]) -> list[str]:
+        """The paths whose extent limits take this call; the others are counted as sent on."""
+        kept = []
+        for path in paths:
+            if path in limited and not fits(limited[path], extents):
+                self.outside[(op, path)] += 1
+            else:
+                kept.append(path)
+        return kept or ["native"]
 
     def _warn_once(self, op: str, path: str, exc: BaseException) -> None:
         if op in self.warned:

@@ -13,6 +13,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -116,19 +117,30 @@ void set_log_cpu_fallback(bool on);
 void native_route(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // ---- route filters (route_filter.cpp)
+// One named extent of a call (torch_fl/routing/extents.py measures the same): generic when
+// `arg` < 0 (0: the numel of the box of all tensor arguments, 1: its rank, 2: its last dim),
+// else dimension `dim` of tensor argument `arg` (0 when that argument has no such dimension).
+struct ExtentRef {
+  int64_t arg = -1;
+  int64_t dim = 0;
+};
 struct RouteSpan {
   std::optional<c10::ScalarType> dtype;  // of the first tensor argument; none: any
   int64_t min_numel = 0;
-  int64_t max_numel = -1;  // of the largest tensor argument; < 0: no bound
+  int64_t max_numel = -1;                           // of the largest tensor argument; < 0: no bound
+  std::vector<std::pair<int64_t, int64_t>> limits;  // per ExtentRef: inclusive (min, max; < 0: none)
 };
 struct RouteFilterHandle {
-  explicit RouteFilterHandle(c10::RegistrationHandleRAII r) : registration(std::move(r)) {}
+  explicit RouteFilterHandle(c10::RegistrationHandleRAII r, std::shared_ptr<std::atomic<int64_t>> outside)
+      : registration(std::move(r)), outside(std::move(outside)) {}
   c10::RegistrationHandleRAII registration;
+  std::shared_ptr<std::atomic<int64_t>> outside;  // calls a span's dtype and size took but its extents refused
 };
-// Puts a filter in front of `op` ("aten::name.overload"): calls in `spans` go to its Python route
-// kernel (registered on PrivateUse2), the others to the native route, or to PyTorch's composite
-// when `composite` (what serves the op on flagos without a route kernel).
+// Puts a filter in front of `op` ("aten::name.overload"): calls in `spans` (measured by `refs`
+// where a span has limits) go to its Python route kernel (registered on PrivateUse2), the others
+// to the native route, or to PyTorch's composite when `composite` (what serves the op on flagos
+// without a route kernel).
 std::shared_ptr<RouteFilterHandle> install_route_filter(const std::string& op, const std::vector<RouteSpan>& spans,
-                                                        bool composite);
+                                                        const std::vector<ExtentRef>& refs, bool composite);
 
 }  // namespace torch_fl

@@ -77,13 +77,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reset_route_counts", &reset_route_counts);
   m.def("set_cpu_route", &set_cpu_route, py::arg("op"), py::arg("on"));
   m.def("set_log_cpu_fallback", &set_log_cpu_fallback);
-  py::class_<RouteFilterHandle, std::shared_ptr<RouteFilterHandle>>(m, "RouteFilterHandle");
+  py::class_<RouteFilterHandle, std::shared_ptr<RouteFilterHandle>>(m, "RouteFilterHandle")
+      .def_property_readonly(
+          "outside", [](const RouteFilterHandle& h) { return h.outside->load(); },
+          "calls whose dtype and size a span took but whose extents it refused (they ran native)");
   m.def(
       "install_route_filter",
-      [](const std::string& op, const py::list& spans, bool composite) {
+      [](const std::string& op, const py::list& spans, const py::list& refs, bool composite) {
         std::vector<RouteSpan> converted;
         for (const auto& item : spans) {
-          auto span = item.cast<py::tuple>();  // (torch.dtype or None, min numel, max numel or -1)
+          // (torch.dtype or None, min numel, max numel or -1, ((min, max or -1) per ref) or ())
+          auto span = item.cast<py::tuple>();
           RouteSpan s;
           if (!span[0].is_none()) {
             TORCH_CHECK(THPDtype_Check(span[0].ptr()), "route filter span: expected a torch.dtype or None");
@@ -91,11 +95,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           }
           s.min_numel = span[1].cast<int64_t>();
           s.max_numel = span[2].cast<int64_t>();
-          converted.push_back(s);
+          for (const auto& limit : span[3].cast<py::tuple>()) {
+            auto pair = limit.cast<py::tuple>();
+            s.limits.emplace_back(pair[0].cast<int64_t>(), pair[1].cast<int64_t>());
+          }
+          TORCH_CHECK(s.limits.empty() || s.limits.size() == refs.size(), "route filter span: one limit per extent");
+          converted.push_back(std::move(s));
         }
-        return install_route_filter(op, converted, composite);
+        std::vector<ExtentRef> extent_refs;
+        for (const auto& item : refs) {
+          auto ref = item.cast<py::tuple>();  // (argument or -1, dim or generic index)
+          extent_refs.push_back({ref[0].cast<int64_t>(), ref[1].cast<int64_t>()});
+        }
+        return install_route_filter(op, converted, extent_refs, composite);
       },
-      py::arg("op"), py::arg("spans"), py::arg("composite"),
+      py::arg("op"), py::arg("spans"), py::arg("refs"), py::arg("composite"),
       "put a C++ filter in front of an op: calls in `spans` reach its PrivateUse2 Python kernel");
   m.def("set_supported_dtypes", &set_supported_dtypes, py::arg("dtypes"),
         "the dtypes torch.accelerator.get_device_capability() reports");
