@@ -27,8 +27,8 @@ import pytest
 
 from torch_fl.conformance import journal
 from torch_fl.conformance.fingerprint import fingerprint
+from torch_fl.platform.extents import merge
 from torch_fl.platform.record import FAILING, Constraints, outside_constraints
-from torch_fl.routing.extents import merge
 
 # Errors after which a CUDA context is unusable: every later case in the process would fail too.
 STICKY_ERRORS = (

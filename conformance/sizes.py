@@ -120,7 +120,7 @@ LIMIT_PROBES: dict[str, dict[str, tuple[tuple[int, ...], ...]]] = {
     "norm": {"last": ((3, 0), (2, 3, 0))},
     "attention": {"seq": ((1, 1, 0, 64),), "head_dim": ((1, 1, 9, 0),)},
 }
-"""Category -> named extent (torch_fl.routing.extents) -> the dims of the cases that probe a
+"""Category -> named extent (torch_fl.platform.extents) -> the dims of the cases that probe a
 declared limit of it, the varied dimension given as 0 (the limit and one past it go there): a
 platform that declares `K: {max: 512}` for its matmul is tried at K = 512 and 513, others small."""
 

@@ -89,10 +89,10 @@ from torch_fl.conformance.sweepgen import (
     tensor_shapes,
     writes_self,
 )
+from torch_fl.platform.extents import extent_function
 from torch_fl.platform.gating import fits
 from torch_fl.platform.record import GATED_PATHS, without_size
 from torch_fl.routing.constraints import refusal
-from torch_fl.routing.extents import extent_function
 from torch_fl.routing.gatekey import call_key
 
 SUITE = "sweep"

@@ -245,7 +245,7 @@ class Environment(_Model):
 
 
 class DimLimit(_Model):
-    """Where a kernel may run along one named extent (torch_fl.routing.extents), inclusive."""
+    """Where a kernel may run along one named extent (torch_fl.platform.extents), inclusive."""
 
     min: int | None = Field(None, ge=0, description="Smallest extent the kernel serves.")
     max: int | None = Field(None, ge=0, description="Largest extent the kernel serves.")
@@ -271,7 +271,7 @@ class _GatedKernels(_Model):
     @field_validator("constraints")
     @classmethod
     def _known_dims(cls, value: dict[str, dict[str, DimLimit]]) -> dict[str, dict[str, DimLimit]]:
-        from torch_fl.routing.extents import dims_of
+        from torch_fl.platform.extents import dims_of
 
         for op, limits in value.items():
             unknown = sorted(set(limits) - set(dims_of(op)))

@@ -7,7 +7,7 @@ of every argument and the size class of a call) that a valid record shows passin
 failing case at any size: one failing case refuses its op x dtypes x path at every size class,
 the ones that passed included (a kernel that breaks past some extent is not trusted short of it
 either, where the sweep happened not to cross that extent). Within a proven key, a call is served
-only up to the largest extents (torch_fl.routing.extents) the passing cases reached, and within
+only up to the largest extents (torch_fl.platform.extents) the passing cases reached, and within
 the limits the descriptor declares for the path (`kernels.<path>.constraints`), which also
 apply when the gate is forced. A user who forces an unvalidated platform (FLAGOS_ALLOW_UNVALIDATED=1) gets every
 declared kernel set, and a warning; a descriptor cannot set that variable for itself.

@@ -83,7 +83,7 @@ class Case(BaseModel):
     item: str | None = None
     """The pytest item that ran the case (its node id): what re-runs it."""
     extents: dict[str, dict[str, list[int]]] = {}
-    """Gate key -> named extent (torch_fl.routing.extents) -> [smallest, largest] over the case's calls."""
+    """Gate key -> named extent (torch_fl.platform.extents) -> [smallest, largest] over the case's calls."""
     outside_constraints: bool = False
     """A failure whose every call lies outside a constraint the descriptor declares: it refuses nothing."""
 

@@ -5,7 +5,7 @@ a FLAGOS_ROUTES file or the platform's routes.yaml (its entry for the op), the d
 overrides, FLAGOS_ROUTE_DEFAULTS, the table's default order, the descriptor's route defaults (a
 default candidate applies only to the ops its kernel set offers). At call time the candidates are filtered by the conformance gate for the call's gate key
 (torch_fl.routing.gatekey: the dtypes of all its arguments and its size class) and its extents
-(torch_fl.routing.extents: proven reach and declared limits), and a tuned shape bucket may pick
+(torch_fl.platform.extents: proven reach and declared limits), and a tuned shape bucket may pick
 among them. Ops where only the C++ paths (native, cpu) can run
 get no Python kernel at all: the C++ fallback serves them at C++ speed.
 """
@@ -26,10 +26,10 @@ from torch_fl import env
 from torch_fl.kernels.base import KernelSet, resolve
 from torch_fl.kernels.native import NativeKernels
 from torch_fl.kernels.registry import build_kernel_sets
+from torch_fl.platform.extents import dim_refs, extent_function
 from torch_fl.platform.gating import Limits, fits
 from torch_fl.routing import overrides
 from torch_fl.routing.constraints import refusal
-from torch_fl.routing.extents import dim_refs, extent_function
 from torch_fl.routing.gatekey import key_function, size_class_bounds
 from torch_fl.routing.table import OpRoute, RouteTable
 
