@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from torch_fl.conformance import crash, incremental, journal, recordfile, summary
+from torch_fl.conformance import crash, incremental, journal, recordfile, shards, summary
 from torch_fl.conformance.progress import Progress
 from torch_fl.conformance.recorder import CaseInfo, Recorder
 from torch_fl.conformance.runner import SWEEP_SCOPES
@@ -80,6 +80,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="",
         help="With --fl-add: comma-separated ops whose vendor cases this run re-runs (the record's are dropped).",
     )
+    group.addoption("--fl-shard", default=None, help="i/N: run only the items of shard i of N.")
     group.addoption(
         "--fl-quiet", action="store_true", default=False, help="Progress as count lines only (no bar, for --json)."
     )
@@ -149,6 +150,7 @@ def _run_header(config: pytest.Config, descriptor: Any, made_here: dict[str, Any
             "sweep": config.getoption("fl_sweep"),
             "case_timeout_s": config.getoption("fl_case_timeout"),
             "replace_ops": _replace_ops(config),
+            "shard": config.getoption("fl_shard"),
         },
     }
 
@@ -440,9 +442,12 @@ class Worker:
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
+        spec = config.getoption("fl_shard")
+        shard = shards.Shard.parse(spec) if spec else None
         keep, drop = [], []
         for item in items:
-            (drop if item.nodeid in self.done_items else keep).append(item)
+            out = item.nodeid in self.done_items or (shard is not None and not shard.holds(item.nodeid))
+            (drop if out else keep).append(item)
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep

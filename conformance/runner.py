@@ -10,8 +10,10 @@ the record itself only when the run completes (until then its merges go to the r
 a complete record only by a full run or by `--add`: a subset run writes `torch-<line>.partial.json`
 beside it instead. A plain run whose complete record is stale only because platform sources
 changed re-runs just the cases they decide (torch_fl.conformance.incremental), as an `--add` run
-that drops those cases' old verdicts first; `--full` runs everything. The pytest process and everything it starts form a process group of their own
-that ends with this process, however it ends.
+that drops those cases' old verdicts first; `--full` runs everything. `--shard i/N` runs a share of
+the items into a record of its own, for `merge_shards` (torch_fl.conformance.shards). The pytest
+process and everything it starts form a process group of their own that ends with this process,
+however it ends.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torch_fl.conformance import incremental, journal
+from torch_fl.conformance import incremental, journal, shards
 from torch_fl.conformance.recordfile import partial_path
 from torch_fl.conformance.summary import summary_path
 from torch_fl.filelock import hold
@@ -93,6 +95,8 @@ class RunOptions:
     samples: int = 2
     sweep: str = "all"
     warmup_timeout: float = 900.0
+    shard: str | None = None
+    """`i/N`: run shard i of N (torch_fl.conformance.shards) into its own record, for `merge`."""
     pytest_args: list[str] = field(default_factory=list)
 
 
@@ -113,8 +117,9 @@ class RunOutcome:
     """What an incremental run re-ran (None: the run was what it was asked to be)."""
 
 
-def record_file_for(platform: str, record_dir: Path | None) -> Path:
-    """Where the record goes: `<record_dir>/torch-<line>.json`, default the platform's records folder."""
+def record_file_for(platform: str, record_dir: Path | None, shard: str | None = None) -> Path:
+    """Where the record goes: `<record_dir>/torch-<line>.json`, default the platform's records folder;
+    a shard's beside it (`torch-<line>.shard-i-of-N.json`)."""
     from torch_fl.platform.discovery import load_platform
     from torch_fl.platform.record import RECORDS_DIR, installed_version
     from torch_fl.platform.versions import minor_line
@@ -122,7 +127,8 @@ def record_file_for(platform: str, record_dir: Path | None) -> Path:
     descriptor = load_platform(platform)
     line = minor_line(installed_version("torch") or "0")
     folder = Path(record_dir) if record_dir is not None else Path(descriptor.directory) / RECORDS_DIR
-    return folder / f"torch-{line}.json"
+    record = folder / f"torch-{line}.json"
+    return shards.Shard.parse(shard).record_file(record) if shard else record
 
 
 def suite_file(name: str) -> str:
@@ -147,6 +153,10 @@ def validate(options: RunOptions) -> None:
         raise ValueError(
             "--add and --resume cannot be combined: an interrupted --add run leaves the record as it was; run it again"
         )
+    if options.shard is not None:
+        shards.Shard.parse(options.shard)
+        if options.add:
+            raise ValueError("--shard and --add cannot be combined: merge the shards, then add to the record")
     if options.full and (options.add or options.resume or is_subset(options)):
         raise ValueError(
             "--full runs every suite on every path from scratch: leave out --add, --resume, -k, --suite, --paths"
@@ -155,7 +165,7 @@ def validate(options: RunOptions) -> None:
 
 def incremental_plan(options: RunOptions, record_file: Path) -> incremental.Plan | None:
     """The incremental run a plain run becomes (None: it stays what it was asked to be)."""
-    if options.full or options.add or options.resume or is_subset(options):
+    if options.full or options.add or options.resume or options.shard or is_subset(options):
         return None
     from torch_fl.conformance.recordfile import identity
     from torch_fl.platform.discovery import load_platform
@@ -343,6 +353,8 @@ def pytest_command(options: RunOptions, record_file: Path, ini: Path, output: Pa
         argv.append("--fl-add")
     if options.replace_ops:
         argv += ["--fl-replace-ops", ",".join(options.replace_ops)]
+    if options.shard:
+        argv += ["--fl-shard", options.shard]
     if options.quiet:
         argv.append("--fl-quiet")
     return argv + list(options.pytest_args)
@@ -386,7 +398,7 @@ def _run_pytest(argv: list[str], platform: str, log: Any, cwd: Path) -> int:
 def run(options: RunOptions) -> RunOutcome:
     """Run the suites; returns where the record is and what it says (None when none was written)."""
     validate(options)
-    record_file = record_file_for(options.platform, options.record_dir)
+    record_file = record_file_for(options.platform, options.record_dir, options.shard)
     line = record_file.stem.removeprefix("torch-")
     what = f"a conformance run of {options.platform} on torch {line} into {record_file.parent}"
     with hold(record_file.with_suffix(".lock"), what):
@@ -427,3 +439,14 @@ def run(options: RunOptions) -> RunOutcome:
         if complete:
             shutil.rmtree(folder, ignore_errors=True)  # the record says it all; the log only helps a failed start
     return outcome
+
+
+def merge_shards(platform: str, record_dir: Path | None) -> shards.Merged:
+    """Merge the shards of a sharded run into the record, or into the partial record beside a
+    complete one when the shards ran a subset (as the run itself would have written it)."""
+    record_file = record_file_for(platform, record_dir)
+    chosen = shards.selection_of(record_file)
+    ran = RunOptions(
+        platform, k=chosen.get("k") or None, suites=chosen.get("suites") or None, paths=chosen.get("paths") or None
+    )
+    return shards.merge(record_file, destination(ran, record_file))

@@ -8,7 +8,8 @@ in-place kernel that allocates, a nondeterministic one, a wrong output dtype, a 
 end, NaN turned into 0, argmax giving the last of equal values, a layer norm wrong only for 3-D
 inputs with long rows, a kernel wrong only for small broadcast (stride-0) inputs, a reduction
 wrong only with keepdim=True, one wrong only on device 1, a split-K matmul wrong above a K at
-small M and N; relu and tanh are correct. The gate must refuse each defective route for the
+small M and N, one whose intermediate overflows, one that loses the sign of a zero; relu and tanh
+are correct. The gate must refuse each defective route for the
 dtypes it fails at every size (below the threshold too: trust does not widen past the evidence),
 keep the good ones, and a program run afterwards, at sizes below and above the thresholds, must
 get right results without aborting or hanging, with the good kernels served by `vendor`.
@@ -231,6 +232,24 @@ def test_argmax_giving_the_last_of_equal_values_is_refused(sweep_run):
     assert not any(k.startswith("int32@") for k in _proven(sweep_run, "aten::argmax"))
 
 
+def test_overflow_on_the_way_is_refused(sweep_run):
+    cases = _cases(sweep_run, "aten::hypot", "float32")
+    plain = {i: c["status"] for i, c in cases.items() if i not in _special(cases)}
+    assert plain and set(plain.values()) == {"passed"}, plain  # random inputs never square past the max...
+    assert any(c["status"] == "failed" and "inf" in c["message"] for c in _special(cases, "extremal").values())
+    assert not any(k.startswith("float32,float32@") for k in _proven(sweep_run, "aten::hypot"))  # ...max/2 does
+
+
+def test_the_sign_of_a_zero_is_compared(sweep_run):
+    cases = _cases(sweep_run, "aten::trunc", "float32")
+    plain = {i: c["status"] for i, c in cases.items() if i not in _special(cases)}
+    assert plain and set(plain.values()) == {"passed"}, plain  # -0.0 == 0.0 for ordinary comparisons...
+    assert any(c["status"] == "failed" for c in _special(cases, "extremal").values()), _special(cases)
+    assert not any(k.startswith("float32@") for k in _proven(sweep_run, "aten::trunc"))  # ...not for special values
+    integers = {k: v for k, v in _verdicts(sweep_run, "aten::trunc").items() if k.startswith("int32")}
+    assert integers and set(integers.values()) == {"passed"}, integers  # an integer has no fraction
+
+
 def test_layer_norm_wrong_for_long_3d_rows_only(sweep_run):
     t = sweep_run["thresholds"]["norm_hidden"]
     statuses = _statuses(sweep_run, "aten::native_layer_norm", "float32")
@@ -285,6 +304,17 @@ def test_split_k_wrong_above_a_k_at_small_numel(sweep_run):
     }
     assert set(below.values()) == {"passed"}, (t, below)  # every size case, K up to 4096 among them, passed
     assert not any(k.startswith("float32,") for k in _proven(sweep_run, "aten::bmm"))
+
+
+def test_triage_proposes_the_limit_that_excludes_a_threshold(sweep_run):
+    from torch_fl.platform.triage import read_record, triage
+
+    record, cases = read_record(Path(sweep_run["out"]["record"]))
+    report = triage(record, cases, sweep_run["out"]["record"])
+    proposed = {(p["op"], p["dim"], p["side"]): p for g in report["groups"] for p in g["constraints"]}
+    hang = proposed.get(("aten::mm", "K", "max"))
+    assert hang and hang["bound"] >= sweep_run["thresholds"]["hang_k"], (sweep_run["thresholds"], proposed)
+    assert hang["keeps"] == hang["passing"] > 0, hang  # every passing mm call is below the hang
 
 
 def test_good_kernels_pass_every_key(sweep_run):

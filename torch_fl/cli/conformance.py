@@ -76,6 +76,12 @@ def run_cmd(
     record_dir: Path | None = typer.Option(
         None, "--record-dir", help="Write the record here instead of the platform's records/ folder."
     ),
+    shard: str | None = typer.Option(
+        None,
+        "--shard",
+        help="i/N: run shard i of N into its own record (torch-<line>.shard-i-of-N.json); "
+        "`torch-fl conformance merge NAME` makes the record of all N.",
+    ),
     fail_on_failure: bool = typer.Option(
         False,
         "--fail-on-failure",
@@ -104,6 +110,7 @@ def run_cmd(
         samples=samples,
         warmup_timeout=warmup_timeout,
         sweep=sweep,
+        shard=shard,
     )
     try:
         outcome = run(options)
@@ -115,6 +122,42 @@ def run_cmd(
         raise typer.Exit(1)
     if fail_on_failure and any(n for path, n in data.get("failures_by_path", {}).items() if path != "native"):
         raise typer.Exit(2)
+
+
+@conformance_app.command("merge")
+def merge_cmd(
+    name: str = typer.Argument(..., help="Platform whose shards to merge."),
+    record_dir: Path | None = typer.Option(
+        None, "--record-dir", help="Where the shards' records are (the --record-dir they ran with)."
+    ),
+    as_json: bool = JsonOption,
+) -> None:
+    """Merge the records of `conformance run NAME --shard i/N` (all N, complete, one binding) into the record."""
+    from torch_fl.conformance.runner import merge_shards
+    from torch_fl.filelock import LockHeld
+    from torch_fl.platform.errors import PlatformError
+
+    try:
+        merged = merge_shards(name, record_dir)
+    except (ValueError, OSError, PlatformError, LockHeld) as exc:
+        raise fail(str(exc), as_json, platform=name) from None
+    s = merged.record["summary"]
+    data = {
+        "ok": True,
+        "platform": name,
+        "record": str(merged.record_file),
+        "shards": merged.shards,
+        "cases": merged.cases,
+        "by_status": s["by_status"],
+        "failures_by_path": failures_by_path(s["by_path"]),
+    }
+    emit(
+        data,
+        as_json,
+        lambda: console.print(
+            f"{merged.shards} shards, {merged.cases} cases merged into {escape(str(merged.record_file))}"
+        ),
+    )
 
 
 @conformance_app.command("capture")

@@ -68,6 +68,16 @@ def triage_cmd(
             console.print("re-run the first case of a group (its record goes to a scratch folder):")
             for g in report["groups"]:
                 console.print(f"  {escape(g['category'])}: {escape(g['rerun'])}", highlight=False, soft_wrap=True)
+            proposed = [p for g in report["groups"] for p in g["constraints"]]
+            if proposed:
+                console.print("or declare where the kernel works (platform.yaml; the next run proves it inside):")
+            for p in proposed:
+                console.print(
+                    f"  {escape(p['op'])} on {p['path']}: {p['dim']} {p['side']} {p['bound']} excludes "
+                    f"{p['excludes']} failing, keeps {p['keeps']} of {p['passing']} passing",
+                    highlight=False,
+                    soft_wrap=True,
+                )
         comparison = report.get("comparison")
         if comparison:
             console.print(

@@ -10,7 +10,9 @@ A failure is one of:
   other            anything else (read the message).
 Cases with the same fingerprint are one problem: they are grouped, so ten dtypes failing the same
 way count once. Against an older record (or an older triage report) it lists new failures, fixed
-cases and those still failing, so a fix can be shown to fix and to break nothing.
+cases and those still failing, so a fix can be shown to fix and to break nothing. Where one limit
+on a named extent would put a group's failures outside what the kernel serves, the group carries it
+(torch_fl.platform.proposal).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from torch_fl.platform.errors import RecordError
+from torch_fl.platform.proposal import proposals
 from torch_fl.platform.record import (
     FAILING,
     Case,
@@ -254,7 +257,8 @@ def triage(record: Record, cases: list[Case], source: str, baseline: Baseline | 
             "by_status": dict(sorted(statuses.items())),
             "by_category": by_category,
         },
-        "groups": [g.as_dict(record.platform) for g in groups],
+        # each group with the declared limits that would exclude it, for the vendor to accept or not
+        "groups": [{**g.as_dict(record.platform), "constraints": proposals(g.cases, cases)} for g in groups],
         # Kept so this report can itself be the baseline of a later triage (--against).
         "passed_ids": sorted(c.id for c in cases if c.status == "passed"),
     }
