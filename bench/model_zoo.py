@@ -9,7 +9,11 @@ Sides, each a live process (bench/side_processes.py): the plain backing (CUDA, o
 --host; it never imports torch_fl), flagos with the platform's shipped routes.yaml (`tuned`) and
 flagos with every op on the native route (`native-only`: an empty route table). For each model and
 mode every side builds the case from the same CPU weights (concurrently: building is not timed),
-then the timed rounds interleave across the sides, and the medians are compared.
+then the timed rounds interleave across the sides, and the medians are compared: each ratio with
+a 95% bootstrap interval over the rounds (resampled in pairs: round i of every side ran in one
+turn), and the host CPU time per run against plain's, which is what flagos adds and holds steady
+where a shared board's wall time does not. A case is below its mode's target only when its whole
+interval is.
 
 Modes (decode only for the architectures that generate):
 
@@ -53,6 +57,7 @@ from side_processes import (  # noqa: E402
     device_api,
     fmt,
     profile,
+    ratio_interval,
     reply,
     serve,
     shared_cpus,
@@ -156,6 +161,7 @@ class ZooSide:
         self.checks = [self.run().tolist() for _ in range(warmup if mode != "decode" else 1)]
         self.sync()
         self.rounds: list[float] = []
+        self.cpu_rounds: list[float] = []
         work = {"train": shape.batch, "prefill": shape.batch, "decode": decode_batch * new_tokens}[mode]
         return {
             "ready": True,
@@ -179,11 +185,11 @@ class ZooSide:
         if self.backing != "cpu":
             self.run()
         self.sync()
-        with timed_without_gc():
-            start = time.perf_counter()
+        with timed_without_gc() as timed:
             outputs = [self.run() for _ in range(runs)]
             self.sync()
-            self.rounds.append((time.perf_counter() - start) / runs * 1e3)
+        self.rounds.append(timed.wall_s / runs * 1e3)
+        self.cpu_rounds.append(timed.cpu_s / runs * 1e3)
         if self.mode != "decode":  # decode is checked on the tokens of its warm-up run
             self.checks += [x.tolist() for x in outputs]
         return {"ms": self.rounds[-1]}
@@ -198,6 +204,7 @@ class ZooSide:
             "backing": self.backing,
             "ms_per_run": statistics.median(self.rounds),
             "ms_per_run_rounds": self.rounds,
+            "host_cpu_ms_per_run": statistics.median(self.cpu_rounds),
             "peak_memory_bytes": max(self.peak(), 0) or None,
             "checks": self.checks,
         }
@@ -346,6 +353,10 @@ class Run:
                 # fastest round against fastest round: where the host's speed switches between
                 # rounds (a shared board), the medians mix its states and this does not
                 "best_round_ratio": round(min(plain["ms_per_run_rounds"]) / min(mine["ms_per_run_rounds"]), 4),
+                "ratio_interval": ratio_interval(plain["ms_per_run_rounds"], mine["ms_per_run_rounds"]),
+                # host CPU time per run, flagos over plain: what flagos adds on the host, steady
+                # where the wall time of a shared board is not
+                "host_cpu_ratio": round(mine["host_cpu_ms_per_run"] / plain["host_cpu_ms_per_run"], 4),
                 "agree": ok,
                 "how": how,
             }
@@ -385,7 +396,15 @@ def count(n: int) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
 
 
-CELL = 41  # width of a flagos column: "0.879x (0.87) first 2 losses within 6.2e-06"
+CELL = 58  # width of a flagos column: "0.879x [0.861, 0.902] cpu 1.21x first 2 losses within 6.2e-06"
+TARGETS = {"train": 0.97, "prefill": 0.97, "decode": 0.95}
+"""Throughput against plain that a flagos side should reach, per mode: a case is below it only
+when its whole interval is."""
+
+
+def interval(r: dict) -> str:
+    bounds = r.get("ratio_interval")
+    return f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else f"(best rounds {r['best_round_ratio']:.2f})"
 
 
 def row(c: dict, variants: list[str]) -> str:
@@ -398,7 +417,8 @@ def row(c: dict, variants: list[str]) -> str:
             if f"flagos {v}" in c["failed"]
             else "-"
             if r is None
-            else f"{r['ratio']:.3f}x ({r['best_round_ratio']:.2f}) {'' if r['agree'] else 'DIFFER: '}{r['how']}"
+            else f"{r['ratio']:.3f}x {interval(r)} cpu {r['host_cpu_ratio']:.2f}x "
+            f"{'' if r['agree'] else 'DIFFER: '}{r['how']}"
         )
     params = count(c["shape"]["parameters"]) if c["shape"] else "-"
     return f"{c['model']:10s}{c['mode']:11s}{params:>9s}  {describe(c):16s}{rate(c):>14s}" + "".join(
@@ -416,8 +436,15 @@ def closing(cases: list[dict]) -> str:
     """What follows the rows: how to read them, and every failure in full."""
     lines = [
         "flagos columns: throughput against plain (plain time / flagos time; above 1: flagos faster) from the "
-        "medians, in brackets from the fastest rounds, then the agreement check"
+        "medians, its 95% bootstrap interval over the interleaved rounds, host CPU time per run against plain's "
+        "(cpu), then the agreement check"
     ]
+    for c in cases:
+        target = TARGETS[c["mode"].split("-")[0]]
+        for variant, r in c["flagos"].items():
+            bounds = r.get("ratio_interval")
+            if bounds and bounds[1] < target:
+                lines.append(f"BELOW TARGET {c['model']} {c['mode']} {variant}: {interval(r)} under {target}")
     lines += [f"FAILED {c['model']} {c['mode']} on {label}: {why}" for c in cases for label, why in c["failed"].items()]
     return "\n".join(lines)
 

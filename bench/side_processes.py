@@ -17,10 +17,13 @@ import contextlib
 import gc
 import json
 import os
+import random
+import statistics
 import subprocess
 import sys
+import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,9 +85,19 @@ def side_env(side: str, variant: str, table: Path, platform: str | None = None) 
     return {**env, **spec.env}
 
 
+@dataclass
+class Timed:
+    """What a timed block took: wall seconds, and the CPU seconds of this process's threads (the
+    host work a side does; steady where wall time on a shared board is not)."""
+
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+
 @contextlib.contextmanager
-def timed_without_gc() -> Iterator[None]:
-    """A timed block with Python's cyclic collector off (as `timeit` does), after a full collection.
+def timed_without_gc() -> Iterator[Timed]:
+    """A timed block with Python's cyclic collector off (as `timeit` does), after a full collection;
+    yields its Timed, filled in when the block ends.
 
     A full collection in a process holding a board-size transformers model takes about 160 ms (on
     the two-core host) and comes after enough allocations: it would land in some rounds and not in
@@ -94,11 +107,33 @@ def timed_without_gc() -> Iterator[None]:
     gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()
+    timed = Timed()
+    wall, cpu = time.perf_counter(), time.process_time()
     try:
-        yield
+        yield timed
     finally:
+        timed.wall_s, timed.cpu_s = time.perf_counter() - wall, time.process_time() - cpu
         if was_enabled:
             gc.enable()
+
+
+def ratio_interval(
+    reference: Sequence[float], mine: Sequence[float], level: float = 0.95, draws: int = 4000
+) -> tuple[float, float] | None:
+    """A bootstrap interval of median(reference) / median(mine) over interleaved rounds (None for
+    fewer than 3). Round i of every side ran in one turn, under the machine's state of that moment,
+    so rounds are resampled as pairs: a slow moment of the board weighs on both sides alike."""
+    n = min(len(reference), len(mine))
+    if n < 3:
+        return None
+    rng = random.Random(0)  # the same rounds give the same interval
+    ratios = []
+    for _ in range(draws):
+        picked = [rng.randrange(n) for _ in range(n)]
+        ratios.append(statistics.median(reference[i] for i in picked) / statistics.median(mine[i] for i in picked))
+    ratios.sort()
+    tail = (1 - level) / 2
+    return round(ratios[int(tail * draws)], 4), round(ratios[min(draws - 1, int((1 - tail) * draws))], 4)
 
 
 def shared_cpus() -> set[int] | None:

@@ -27,7 +27,9 @@ is reported as failed, and the others are still measured.
 
 Printed per side: ms per step (back-to-back steps, one synchronisation at the end, median of
 rounds), host enqueue ms per step (the device idle before it), device ms per step (events), peak
-memory, the calls of one step per route path; then the throughput ratios and whether each side's
+memory, the calls of one step per route path; then the throughput ratios, each with a 95% bootstrap
+interval over the interleaved rounds, the host CPU time per step against the reference's (the
+process's CPU seconds: what flagos adds, steady where wall time is not), and whether each side's
 per-step losses agree with its plain reference (exit status 1 if one does not).
 --profile OUT writes each side's top 30 ops by total host (CPU-side) time over a few steps.
 """
@@ -59,6 +61,7 @@ from side_processes import (  # noqa: E402
     fmt,
     mib,
     profile,
+    ratio_interval,
     reply,
     serve,
     shared_cpus,
@@ -121,15 +124,16 @@ class SideRunner:
         self.sync()
         self.warmup_s = time.perf_counter() - started
         self.rounds: list[float] = []
+        self.cpu_rounds: list[float] = []
 
     def round(self) -> float:
         """ms per step over `steps` back-to-back steps, one synchronisation at the end."""
         self.sync()
-        with timed_without_gc():
-            start = time.perf_counter()
+        with timed_without_gc() as timed:
             self.losses += [self.step() for _ in range(self.args.steps)]
             self.sync()
-            self.rounds.append((time.perf_counter() - start) / self.args.steps * 1e3)
+        self.rounds.append(timed.wall_s / self.args.steps * 1e3)
+        self.cpu_rounds.append(timed.cpu_s / self.args.steps * 1e3)
         return self.rounds[-1]
 
     def result(self) -> dict:
@@ -164,6 +168,7 @@ class SideRunner:
             "warmup_s": round(self.warmup_s, 2),
             "ms_per_step": statistics.median(self.rounds),
             "ms_per_step_rounds": self.rounds,
+            "host_cpu_ms_per_step": statistics.median(self.cpu_rounds),
             "host_enqueue_ms": statistics.median(enqueue_ms),
             "device_ms": statistics.median(device_ms) if device_ms else None,
             "peak_memory_bytes": max(self.peak(), 0) or None,
@@ -212,11 +217,18 @@ def report(
         f"config {first['config']} {first['dims']} ({first['parameters'] / 1e6:.1f} M parameters), "
         f"{first['dtype']}, AdamW, backing {first['backing']}, torch {first['torch']}",
         f"{'side':24s}{'ms/step':>10s}{'host ms':>10s}{'device ms':>10s}{'peak MiB':>10s}{'warm-up s':>10s}"
-        f"{'vs plain':>10s}{'losses':>9s}  calls of one step by path",
+        f"{'vs plain':>10s}{'95% interval':>16s}{'host cpu':>10s}{'losses':>9s}  calls of one step by path",
     ]
-    summary: dict = {"ratios": {}, "losses_agree": {}, "worst_loss_rel_diff": {}, "failed": failed}
+    summary: dict = {
+        "ratios": {},
+        "ratio_intervals": {},
+        "host_cpu_ratios": {},
+        "losses_agree": {},
+        "worst_loss_rel_diff": {},
+        "failed": failed,
+    }
     for label, s in sides.items():
-        ratio, agree = "", ""
+        ratio, interval, cpu, agree = "", "", "", ""
         reference_label = "plain compiled" if s["variant"] == "compiled" else "plain eager"
         if label != reference_label and reference_label in sides:
             reference = sides[reference_label]
@@ -233,6 +245,12 @@ def report(
             ok, worst = agreement(s["losses"], reference["losses"], rtol, steps)
             key = s["variant"] if s["side"] == "flagos" else label
             summary["ratios"][key] = round(value, 4)
+            bounds = ratio_interval(reference["ms_per_step_rounds"], s["ms_per_step_rounds"])
+            summary["ratio_intervals"][key] = bounds
+            # host CPU per step over the reference's: what this side adds on the host
+            summary["host_cpu_ratios"][key] = round(s["host_cpu_ms_per_step"] / reference["host_cpu_ms_per_step"], 4)
+            interval = f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "-"
+            cpu = f"{summary['host_cpu_ratios'][key]:.2f}x"
             summary["losses_agree"][key] = ok
             summary["worst_loss_rel_diff"][key] = worst
             ratio, agree = f"{value:.3f}x", "agree" if ok else "DIFFER"
@@ -240,7 +258,8 @@ def report(
         gate = f" (record {s['gate']})" if s.get("gate") not in (None, "valid") else ""
         lines.append(
             f"{label:24s}{fmt(s['ms_per_step']):>10s}{fmt(s['host_enqueue_ms']):>10s}{fmt(s['device_ms']):>10s}"
-            f"{mib(s['peak_memory_bytes']):>10s}{fmt(s['warmup_s'], 1):>10s}{ratio:>10s}{agree:>9s}  {paths}{gate}"
+            f"{mib(s['peak_memory_bytes']):>10s}{fmt(s['warmup_s'], 1):>10s}{ratio:>10s}{interval:>16s}{cpu:>10s}"
+            f"{agree:>9s}  {paths}{gate}"
         )
     for label, why in failed.items():
         lines.append(f"{label:24s}FAILED ({why})")
@@ -277,7 +296,9 @@ def main() -> None:
         "(default: native-only on the host, all on CUDA)",
     )
     parser.add_argument("--steps", type=int, default=10, help="timed back-to-back steps per round")
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per side (their median counts)")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="timed rounds per side (their median counts; 3 at least for an interval)"
+    )
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation, autotuning)")
     parser.add_argument("--json", help="write every side's result and the summary here")
     parser.add_argument("--profile", help="write the top-30 host-time ops of every side here (JSON)")

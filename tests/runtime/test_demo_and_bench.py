@@ -51,7 +51,7 @@ def test_import_time_bench(run_python, tmp_path):
 @pytest.mark.own_process
 def test_train_step_bench(run_python, tmp_path):
     out, prof = tmp_path / "train.json", tmp_path / "profile.json"
-    args = ["--config", "tiny", "--variants", "native-only,tuned", "--steps", "2", "--rounds", "1", "--warmup", "1"]
+    args = ["--config", "tiny", "--variants", "native-only,tuned", "--steps", "2", "--rounds", "3", "--warmup", "1"]
     args += ["--json", str(out), "--profile", str(prof)]
     result = run_python(script("bench/train_step.py", *args), env=PLATFORM)
     assert "flagos native-only" in result.stdout and "flagos tuned" in result.stdout, result.stdout
@@ -66,6 +66,10 @@ def test_train_step_bench(run_python, tmp_path):
     assert summary["ratios"]["native-only"] == pytest.approx(
         sides["plain eager"]["ms_per_step"] / sides["flagos native-only"]["ms_per_step"], abs=1e-4
     )
+    for variant in ("native-only", "tuned"):  # three rounds: an interval, and the host CPU beside it
+        low, high = summary["ratio_intervals"][variant]
+        assert 0 < low <= high, summary["ratio_intervals"]
+        assert summary["host_cpu_ratios"][variant] > 0
     profiles = json.loads(prof.read_text())
     assert all(0 < len(profiles[label]) <= 30 for label in sides)
 

@@ -1,0 +1,52 @@
+"""The benches' ratio intervals (bench/side_processes.py): paired bootstrap over interleaved rounds."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def sides() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_side_processes", BENCH / "side_processes.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_constant_ratio_has_a_point_interval(sides: ModuleType) -> None:
+    plain = [10.0, 12.0, 11.0, 30.0, 10.5]
+    assert sides.ratio_interval(plain, [2 * x for x in plain]) == (0.5, 0.5)
+
+
+def test_a_drift_shared_by_both_sides_does_not_widen_it(sides: ModuleType) -> None:
+    board = [1.0, 2.0, 1.0, 1.5, 2.0, 1.0, 1.2]  # the machine's speed of each turn
+    plain = [10 * b for b in board]
+    mine = [10.5 * b for b in board]
+    low, high = sides.ratio_interval(plain, mine)
+    assert low == high == pytest.approx(10 / 10.5, abs=1e-4)
+
+
+def test_noise_gives_an_interval_around_the_true_ratio_that_narrows_with_rounds(sides: ModuleType) -> None:
+    rng = random.Random(1)
+
+    def rounds(n: int, mean: float) -> list[float]:
+        return [mean * rng.uniform(0.9, 1.1) for _ in range(n)]
+
+    few = sides.ratio_interval(rounds(5, 10.0), rounds(5, 11.0))
+    many = sides.ratio_interval(rounds(60, 10.0), rounds(60, 11.0))
+    assert few[0] < 10 / 11 < few[1] and many[0] < 10 / 11 < many[1], (few, many)
+    assert many[1] - many[0] < few[1] - few[0]
+
+
+def test_too_few_rounds_give_no_interval(sides: ModuleType) -> None:
+    assert sides.ratio_interval([1.0, 2.0], [1.0, 2.0]) is None
