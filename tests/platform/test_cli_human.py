@@ -222,12 +222,11 @@ def test_onboarding_hints_and_readme_run_a_script_that_exists(tmp_path):
 
 
 def test_build_message_states_a_realistic_time(tmp_path, monkeypatch, capsys):
-    from torch.utils import cpp_extension
-
     from torch_fl.runtime import build
 
     monkeypatch.setenv("FLAGOS_BUILD_DIR", str(tmp_path))
-    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: "built")
+    monkeypatch.setattr(build, "build_library", lambda directory, files: None)
+    monkeypatch.setattr(build, "_import_library", lambda path: "built")
     assert build.load_core() == "built"
     message = capsys.readouterr().err
     assert "building the flagos core" in message and "about 3 minutes on 2 CPU cores" in message
@@ -235,8 +234,6 @@ def test_build_message_states_a_realistic_time(tmp_path, monkeypatch, capsys):
 
 
 def test_a_second_process_says_it_waits_for_the_build(tmp_path, monkeypatch, capsys):
-    from torch.utils import cpp_extension
-
     from torch_fl.runtime import build
 
     monkeypatch.setenv("FLAGOS_BUILD_DIR", str(tmp_path))
@@ -255,7 +252,7 @@ def test_a_second_process_says_it_waits_for_the_build(tmp_path, monkeypatch, cap
         text=True,
     )
     assert holder.stdout.readline().strip() == "held"
-    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: pytest.fail("the waiting process built too"))
+    monkeypatch.setattr(build, "build_library", lambda directory, files: pytest.fail("the waiting process built too"))
     monkeypatch.setattr(build, "_import_library", lambda path: f"loaded {path.name}")
     assert build.load_core() == f"loaded {build.MODULE_NAME}.so"
     holder.wait(timeout=30)
@@ -266,8 +263,6 @@ def test_a_second_process_says_it_waits_for_the_build(tmp_path, monkeypatch, cap
 
 def test_a_build_killed_midway_does_not_block_the_next_one(tmp_path, monkeypatch):
     # torch's own build leaves a `lock` file behind when killed; waiting on it would hang forever.
-    from torch.utils import cpp_extension
-
     from torch_fl.runtime import build
 
     monkeypatch.setenv("FLAGOS_BUILD_DIR", str(tmp_path))
@@ -275,11 +270,11 @@ def test_a_build_killed_midway_does_not_block_the_next_one(tmp_path, monkeypatch
     directory.mkdir(parents=True)
     (directory / "lock").touch()
 
-    def load(**kwargs):
-        assert not (Path(kwargs["build_directory"]) / "lock").exists()
-        return "built"
+    def build_library(directory, files):
+        assert not (directory / "lock").exists()
 
-    monkeypatch.setattr(cpp_extension, "load", load)
+    monkeypatch.setattr(build, "build_library", build_library)
+    monkeypatch.setattr(build, "_import_library", lambda path: "built")
     assert build.load_core() == "built"
 
 

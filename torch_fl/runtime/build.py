@@ -7,14 +7,20 @@ running the build tool, which keeps `import torch` fast.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
 import os
+import re
 import shutil
+import signal
+import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -136,16 +142,76 @@ def load_core() -> ModuleType:
             f"torch_fl: building the flagos core for torch {torch.__version__} in {directory} "
             f"(once per torch version; {BUILD_TIME})"
         )
-        from torch.utils import cpp_extension
-
         # torch's build waits, without end, while its own `lock` file exists; a build killed
         # midway leaves one behind. Holding our lock, no other build of this directory is running.
         (directory / "lock").unlink(missing_ok=True)
-        return cpp_extension.load(
-            name=MODULE_NAME,
-            sources=[str(p) for p in sources()],
-            extra_cflags=CFLAGS,
-            build_directory=str(directory),
-            verbose=env.flag("FLAGOS_BUILD_VERBOSE"),
-            is_python_module=True,
+        build_library(directory, sources())
+        return _import_library(library)
+
+
+# The build runs in a child process leading a process group of its own (ninja and the compilers
+# join it), which ends the group when its parent is gone: a build whose process was killed, even
+# with SIGKILL, leaves no compiler running to race the next build over the same objects.
+_CHILD = """
+import json, os, signal, sys, threading, time
+spec = json.loads(sys.argv[1])
+def watch():
+    while os.getppid() == spec["parent"]:
+        time.sleep(0.5)
+    os.killpg(0, signal.SIGKILL)
+threading.Thread(target=watch, daemon=True).start()
+from torch.utils import cpp_extension
+cpp_extension.load(**spec["load"])
+"""
+_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+class BuildFailed(RuntimeError):
+    """The core did not compile; the message ends with the build's last output."""
+
+
+def build_library(directory: Path, files: list[Path]) -> None:
+    """Compile `files` into `directory`/torch_fl_core.so, showing each build step as it ends."""
+    load = {
+        "name": MODULE_NAME,
+        "sources": [str(p) for p in files],
+        "extra_cflags": CFLAGS,
+        "build_directory": str(directory),
+        "verbose": True,
+        "is_python_module": True,
+    }
+    argv = [sys.executable, "-c", _CHILD, json.dumps({"parent": os.getpid(), "load": load})]
+    # the child imports torch only to build: no backend autoload, so never torch_fl (and this lock)
+    child_env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        env=child_env,
+        start_new_session=True,
+    )
+    started, tail = time.monotonic(), collections.deque[str](maxlen=40)
+    verbose = env.flag("FLAGOS_BUILD_VERBOSE")
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line.rstrip())
+            step = _STEP.match(line)
+            if step:
+                # ninja, writing to a pipe, prints a step when it ends
+                _say(f"torch_fl: core build: {step[1]} of {step[2]} steps done ({time.monotonic() - started:.0f} s)")
+            elif verbose:
+                _say(line.rstrip())
+        code = proc.wait()
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    if code != 0:
+        raise BuildFailed(
+            f"torch_fl: building the flagos core in {directory} failed (exit {code}); its last output:\n"
+            + "\n".join(tail)
         )
