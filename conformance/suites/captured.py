@@ -11,6 +11,7 @@ gate key the call makes, so the gate and the tuner have proof at the keys models
 from __future__ import annotations
 
 import functools
+import time
 import zlib
 from typing import Any
 
@@ -26,6 +27,10 @@ from torch_fl.routing.gatekey import call_key
 SUITE = "captured"
 CALLS_PER_ITEM = 8
 """Calls per pytest item: an op's calls spread over the workers (a model casts in 100 shapes)."""
+SLOWER = 10
+"""How many times the native route's time one run of a captured call may take on a path before
+the case is stopped as hung. Board-size calls (a 1024 x 1024 x 32000 matmul) take seconds on a host
+backing: the plain case timeout would call a kernel hung that is only slower than native."""
 
 
 def _calls() -> list[dict[str, Any]]:
@@ -125,9 +130,11 @@ def test_captured(captured_op: str, call_indices: tuple[int, ...], fl: Any) -> N
             continue
         try:
             plan = _plan(overload, call, zlib.crc32(f"{op}/{index}".encode()) % (2**31))
+            started = time.perf_counter()
             native = run_call(plan, None, judge_inputs=not inplace)
             again = run_call(plan, None, judge_inputs=False)
             fl.synchronize()
+            native_s = (time.perf_counter() - started) / 2
         except Exception as exc:  # not replayable, or the native route rejects it: nothing to compare with
             for path in todo:
                 with fl.case(ids[path], SUITE, op=op, path=path) as case:
@@ -139,7 +146,10 @@ def test_captured(captured_op: str, call_indices: tuple[int, ...], fl: Any) -> N
         dtype = next((t.dtype for t in inputs), torch.float32)
         key = call_key(overload, tuple(cpu_args), cpu_kwargs).text
         for path in todo:
-            with fl.case(ids[path], SUITE, op=op, dtype=str(dtype).removeprefix("torch."), path=path) as case:
+            name = str(dtype).removeprefix("torch.")
+            # two runs on the path, each allowed SLOWER times the native's, beyond the usual limit
+            limit = fl.recorder.timeout_for(op, name, path) + 2 * SLOWER * native_s
+            with fl.case(ids[path], SUITE, op=op, dtype=name, path=path, timeout=limit) as case:
                 fl.recorder.phase(key)
                 forced = functools.partial(fl.forced, op, path)
                 got = run_call(plan, None, judge_inputs=not inplace, route=forced)
