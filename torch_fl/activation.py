@@ -206,7 +206,7 @@ def autoload() -> None:
     """PyTorch's device-backend autoload, called during `import torch`, under the containment rule.
 
     Most processes that import torch never use flagos: here it is only named, and activated at its
-    first use (torch_fl.runtime.standby). On a machine with a real CUDA device FLAGOS_PLATFORM asks for
+    first use (torch_fl.runtime.standby), or now where FLAGOS_ALIAS_CUDA runs CUDA code on it. On a machine with a real CUDA device FLAGOS_PLATFORM asks for
     flagos, and the activation runs at once: a failure must leave the name unregistered there.
     `import torch` must keep working when flagos cannot start, so a failure is a warning.
     """
@@ -221,9 +221,11 @@ def autoload() -> None:
         except Exception as exc:
             warnings.warn(f"torch_fl: flagos was not activated during torch's backend autoload: {exc}", stacklevel=2)
         return
-    from torch_fl.runtime import standby
+    from torch_fl.runtime import cuda_alias, standby
 
     standby.defer(_activate_deferred)
+    if cuda_alias.requested():  # CUDA code run on flagos never names flagos: its first use is now
+        _activate_deferred()
 
 
 def _activate_deferred() -> None:

@@ -25,9 +25,6 @@ def started() -> bool:
 
 
 def core() -> ModuleType:
-    if _core is not None:
-        return _core
-    standby.start_pending()  # asking for the core is a use of flagos
     from torch_fl.runtime.device import core as device_core
 
     return device_core.core()
