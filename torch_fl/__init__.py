@@ -2,8 +2,9 @@
 
 A process activates flagos when PyTorch autoloads this package during `import torch` (the entry
 point `torch_fl:_autoload`; TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns it off) or when it calls
-`torch_fl.activate(name)`; importing torch_fl or any of its modules activates nothing (see
-torch_fl.activation, which also holds the CUDA containment rule). So `import torch_fl` needs no
+`torch_fl.activate(name)`; the autoload only names the device and the platform activates at the first
+use of flagos. Importing torch_fl or any of its modules activates nothing (see torch_fl.activation,
+which also holds the CUDA containment rule). So `import torch_fl` needs no
 torch, and the `torch-fl` command imports the package freely.
 """
 

@@ -6,6 +6,11 @@ when it calls `torch_fl.activate()`. Importing torch_fl or any of its modules ac
 the `torch-fl` command can import the package without torch; it also turns the autoload off for its
 own process (`activate_only_when_asked`), because it activates the platform a command names.
 
+The autoload only names the device: the activation itself runs at the first use of flagos (a flagos
+tensor, an attribute of `torch.flagos`, `torch_fl.activate()`, `is_active()`, `active_platform()`), so
+a process that imports torch and never uses flagos pays for no platform data (pydantic, YAML,
+descriptors, records, routes). This module imports the platform layer only when it activates.
+
 Containment on CUDA machines: registering any PrivateUse1 backend makes it PyTorch's current
 accelerator (at::getAccelerator prefers PrivateUse1 since PyTorch 2.8, pytorch/pytorch#161129),
 after which the autograd engine finds no stream for plain-CUDA nodes and a backward over plain
@@ -23,11 +28,13 @@ import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from torch_fl import env
-from torch_fl.platform import Gate, PlatformDescriptor, Selection, load_all, select_platform, validate_op_names
-from torch_fl.platform.errors import PlatformError
+
+if TYPE_CHECKING:
+    from torch_fl.platform import Gate, PlatformDescriptor, Selection
+    from torch_fl.platform.errors import PlatformError
 
 CONTAINMENT_NOTE = (
     "torch_fl: this machine has a CUDA device, so flagos was not registered in this process: registering a "
@@ -106,11 +113,21 @@ def install_torch_first() -> None:
 
 
 def active_platform() -> Optional[ActivePlatform]:
+    """The active platform; None when flagos is not active (asking is a first use, see the module doc)."""
+    _start_if_pending()
     return _active
 
 
 def is_active() -> bool:
-    return _active is not None
+    return active_platform() is not None
+
+
+def _start_if_pending() -> None:
+    if "torch" in sys.modules:  # the autoload defers only once torch is imported, and this needs no torch
+        from torch_fl.runtime import standby
+
+        if standby.pending():
+            _activate_deferred()
 
 
 def _real_cuda_present() -> bool:
@@ -132,9 +149,9 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
     finally:
         _activating = False
     from torch_fl import runtime
+    from torch_fl.platform import Gate, Selection, load_all, select_platform, validate_op_names
     from torch_fl.routing.checks import check_routing
     from torch_fl.routing.runtime import install as install_routes
-    from torch_fl.runtime import inactive
 
     descriptors, broken = load_all()
     _warn_broken_once(broken, name or env.get("FLAGOS_PLATFORM"))
@@ -154,7 +171,6 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
     routing = check_routing(descriptor)
     routing.enforce(env.flag("FLAGOS_STRICT"))  # before anything starts: never half-active
     amp_dtypes = [getattr(torch, d) for d in descriptor.capabilities.amp_dtypes]
-    inactive.unregister()
     dtypes = [getattr(torch, d) for d in descriptor.capabilities.dtypes]
     runtime.start(descriptor.backing.device, descriptor.backing.virtual_devices or 1, amp_dtypes, dtypes)
     active = ActivePlatform(descriptor, selection, gate)
@@ -187,23 +203,39 @@ def activate_only_when_asked() -> None:
 
 
 def autoload() -> None:
-    """PyTorch's device-backend autoload, called during `import torch`: activate, under the containment rule.
+    """PyTorch's device-backend autoload, called during `import torch`, under the containment rule.
 
-    `import torch` must keep working when flagos cannot start, so a failure is a warning here, and
-    flagos is registered as inactive so that device="flagos" raises naming the cause (not on a CUDA
-    machine, where registering the name would break plain CUDA, see above).
+    Most processes that import torch never use flagos: here it is only named, and activated at its
+    first use (torch_fl.runtime.standby), or now where FLAGOS_ALIAS_CUDA runs CUDA code on it. On a machine with a real CUDA device FLAGOS_PLATFORM asks for
+    flagos, and the activation runs at once: a failure must leave the name unregistered there.
+    `import torch` must keep working when flagos cannot start, so a failure is a warning.
     """
     if _activating or not _autoload_enabled:
         return
-    if not env.get("FLAGOS_PLATFORM") and _real_cuda_present():
-        warnings.warn(CONTAINMENT_NOTE, stacklevel=2)
+    if _real_cuda_present():
+        if not env.get("FLAGOS_PLATFORM"):
+            warnings.warn(CONTAINMENT_NOTE, stacklevel=2)
+            return
+        try:
+            activate()
+        except Exception as exc:
+            warnings.warn(f"torch_fl: flagos was not activated during torch's backend autoload: {exc}", stacklevel=2)
         return
+    from torch_fl.runtime import cuda_alias, standby
+
+    standby.defer(_activate_deferred)
+    if cuda_alias.requested():  # CUDA code run on flagos never names flagos: its first use is now
+        _activate_deferred()
+
+
+def _activate_deferred() -> None:
+    """The autoload's activation, at the first use of flagos. A failure is a warning, once: flagos then
+    refuses with the cause (device="flagos" raises naming it) until `activate()` succeeds."""
+    from torch_fl.runtime import standby
+
     try:
         activate()
     except Exception as exc:
-        warnings.warn(f"torch_fl: flagos was not activated during torch's backend autoload: {exc}", stacklevel=2)
-        from torch_fl import runtime
-        from torch_fl.runtime import inactive
-
-        if not runtime.started() and not _real_cuda_present():
-            inactive.register(str(exc))
+        warnings.warn(f"torch_fl: flagos was not activated at its first use: {exc}", stacklevel=3)
+        if standby.pending():  # else the runtime got as far as registering the device
+            standby.refuse(str(exc))

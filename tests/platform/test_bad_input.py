@@ -289,6 +289,39 @@ def test_unknown_forced_platform_one_message_then_a_clear_device_error(run_bound
     )
 
 
+def test_every_first_use_names_the_cause(run_bounded):
+    """A tensor made on flagos, a tensor or module moved there: each raises the cause, not PyTorch's
+    "not linked with support for flagos devices"; the cause is warned once."""
+    result = run_bounded(
+        """
+        import warnings
+        warnings.simplefilter("always")
+        import torch
+        uses = {
+            "tensor": lambda: torch.tensor([1.0], device="flagos"),
+            "to": lambda: torch.ones(1).to("flagos"),
+            "module": lambda: torch.nn.Linear(1, 1).to("flagos"),
+            "method": lambda: torch.ones(1).flagos(),
+            "query": lambda: torch.flagos.device_count(),
+        }
+        for name, use in uses.items():
+            try:
+                use()
+            except RuntimeError as exc:
+                print(name, "error:", exc)
+        print("available", torch.flagos.is_available())
+        """,
+        {"FLAGOS_PLATFORM": "nosuch"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    cause = "error: flagos is not active in this process: FLAGOS_PLATFORM=nosuch: unknown platform"
+    assert [line.split(" ", 1)[0] for line in lines] == ["tensor", "to", "module", "method", "query", "available"]
+    assert all(cause in line for line in lines[:-1]), result.stdout
+    assert lines[-1] == "available False"
+    assert result.stderr.count("FLAGOS_PLATFORM=nosuch: unknown platform") == 1, result.stderr[-3000:]
+
+
 def test_broken_forced_descriptor_one_message_naming_the_file(tmp_path, run_bounded):
     path = platform_copy(tmp_path, "schema_chip") / "platform.yaml"
     text = path.read_text()

@@ -89,6 +89,45 @@ def test_import_torch_alone_activates_flagos(run_python):
     assert result.stdout.split() == ["True", "flagos:0"]
 
 
+# On a machine with a real CUDA device the autoload activates at once (torch_fl.activation).
+DEFERS = pytest.mark.skipif(torch.cuda.device_count() > 0, reason="a CUDA machine: the autoload does not defer")
+
+
+@pytest.mark.own_process
+@DEFERS
+@pytest.mark.parametrize(
+    "use, shown",
+    [
+        ("torch.tensor([1.0], device='flagos').device", "flagos:0"),
+        ("torch.ones(1).to('flagos').device", "flagos:0"),
+        ("torch.nn.Linear(1, 1).to('flagos').weight.device", "flagos:0"),
+        ("torch.ones(1).flagos().device", "flagos:0"),
+        ("torch.flagos.device_count() > 0", "True"),
+        ("torch.accelerator.is_available()", "True"),
+        ("torch_fl.activate().name", "PLATFORM"),
+        ("torch_fl.active_platform().name", "PLATFORM"),
+    ],
+)
+def test_first_use_activates(run_python, use, shown):
+    """The autoload defers the activation to the first use of flagos, whichever it is; that use then
+    sees flagos as it would have after an activation at import."""
+    result = run_python(
+        f"""
+        import sys, torch
+        from torch_fl.runtime import standby
+        assert torch.device("flagos:1").index == 1 and standby.pending()
+        assert "torch_fl.platform.descriptor" not in sys.modules and "torch_fl_core" not in sys.modules
+        import torch_fl
+        print({use})
+        assert torch.flagos.__name__ == "torch_fl.runtime.device"
+        print(torch_fl.active_platform().name)
+        """,
+        env={**PLATFORM_ENV, "TORCH_DEVICE_BACKEND_AUTOLOAD": None},
+    )
+    platform = result.stdout.split()[-1]
+    assert result.stdout.split() == [shown.replace("PLATFORM", platform), platform], result.stderr[-3000:]
+
+
 @pytest.mark.own_process
 def test_autoload_off_leaves_flagos_inactive_until_activate(run_python):
     result = run_python(

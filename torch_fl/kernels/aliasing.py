@@ -13,8 +13,7 @@ from typing import Any
 
 import torch
 
-from torch_fl.runtime import core
-from torch_fl.runtime.device.core import backing
+from torch_fl.runtime.device.core import backing, core
 
 
 def _is_flagos(x: Any) -> bool:

@@ -2,6 +2,9 @@
 
 `start(backing, host_devices)` is the one entry; the platform loader calls it once it knows which
 platform is active. Everything here is generic over the backing device named by the descriptor.
+
+The autoload of every `import torch` imports this package for `standby`, so the core, its build and
+the device module are imported by `start`, not here.
 """
 
 from __future__ import annotations
@@ -10,13 +13,9 @@ from types import ModuleType
 
 import torch
 
-from torch_fl.runtime import build
-from torch_fl.runtime.device import amp
-from torch_fl.runtime.device import core as device_core
-from torch_fl.runtime.device import management as device_management
-from torch_fl.runtime.device import random as device_random
+from torch_fl.runtime import standby
 
-BACKEND_NAME = "flagos"
+BACKEND_NAME = standby.NAME
 SUPPORTED_BACKINGS = ("cpu", "cuda")
 _core: ModuleType | None = None
 
@@ -26,6 +25,8 @@ def started() -> bool:
 
 
 def core() -> ModuleType:
+    from torch_fl.runtime.device import core as device_core
+
     return device_core.core()
 
 
@@ -43,6 +44,8 @@ def start(
     once per process) is kept, and the remaining steps run again.
     """
     global _core
+    from torch_fl.runtime.device import core as device_core
+
     if _core is not None:
         if device_core.backing() != backing:
             raise RuntimeError(f"flagos is already running on '{device_core.backing()}', cannot switch to '{backing}'")
@@ -67,22 +70,25 @@ def start(
 
 
 def _register_device(backing: str, host_devices: int, amp_dtypes: list[torch.dtype] | None) -> ModuleType:
-    """The once-per-process part of start(): the core, the device name, module and methods."""
+    """The once-per-process part of start(): the core, the device name and module."""
+    from torch_fl.runtime import build
+    from torch_fl.runtime import device as device_module
+    from torch_fl.runtime.device import amp
+    from torch_fl.runtime.device import core as device_core
+    from torch_fl.runtime.device import management as device_management
+    from torch_fl.runtime.device import random as device_random
+
     if device_core._core is not None:
         return device_core._core
     if backing == "cuda":
         torch.cuda.init()  # the CUDA allocator and generators must exist before flagos wraps them
+    standby.clear()  # its refusing kernels would stand in the way of the core's
     loaded = build.load_core()
-    torch.utils.rename_privateuse1_backend(BACKEND_NAME)
+    standby.name_device()
     loaded.init(backing, host_devices)
     if amp_dtypes:
         amp.set_amp_dtypes(amp_dtypes)
-    from torch_fl.runtime import device as device_module
-
     torch._register_device_module(BACKEND_NAME, device_module)
-    torch.utils.generate_methods_for_privateuse1_backend(
-        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
-    )
     _enable_autocast_passthrough()
     device_core.bind(loaded, backing)
     device_random._bind_generators()

@@ -112,9 +112,13 @@ def disable() -> None:
     torch.set_default_device = _set_default_device
 
 
+def requested() -> bool:
+    return env.flag("FLAGOS_ALIAS_CUDA")
+
+
 def enable_from_env() -> bool:
     """Enables the alias when FLAGOS_ALIAS_CUDA asks for it; returns whether it is enabled."""
-    if not env.flag("FLAGOS_ALIAS_CUDA"):
+    if not requested():
         return enabled()
     if real_cuda_present():
         warnings.warn(

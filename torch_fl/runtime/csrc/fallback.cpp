@@ -110,9 +110,11 @@ void rewrite_arguments(torch::jit::Stack* stack, size_t base, const OpInfo& info
 struct HostArguments {
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 4> written;  // (host copy, flagos original)
   c10::DeviceIndex index = -1;
+  KernelKey kernel;
 
   at::Tensor tensor(const at::Tensor& t, bool is_written) {
     note_device(index, t);
+    kernel.note(t);
     at::Tensor alias = is_sparse_layout(t) ? backing_sparse_alias(t) : borrow_as_backing(t);
     at::Tensor host = alias.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
     if (is_written) written.emplace_back(host, t);
@@ -141,7 +143,7 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo&
   use_flagos_default_generator(stack, base, info, args.index);
   try {
     RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>());
-    op.callBoxed(stack);
+    op.redispatchBoxed(args.kernel.on(backing().type), stack);
   } catch (const c10::NotImplementedError&) {
     // The backing has the op but not for these inputs (an integer matmul on CUDA, say): the
     // explicit CPU fallback serves this call, counted and logged as such.
@@ -194,7 +196,7 @@ void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& 
   if (host_backed()) use_flagos_default_generator(stack, base, info, index);
   {
     RECORD_FUNCTION("flagos.route.cpu", std::vector<c10::IValue>());
-    op.callBoxed(stack);
+    op.redispatchBoxed(args.kernel.on(at::kCPU), stack);
   }
   for (auto& [host, original] : args.written) {
     // An out= the kernel resized takes the kernel's geometry, as it would on the backing; an

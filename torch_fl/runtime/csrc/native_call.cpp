@@ -5,6 +5,7 @@
 #include "sparse.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/TensorOptions.h>
 
 #include <memory>
 #include <mutex>
@@ -80,6 +81,18 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
   return *slot;
 }
 
+void KernelKey::note(const at::Tensor& t) {
+  if (t.layout() == c10::kSparse) {
+    if (layout == c10::kStrided) layout = c10::kSparse;
+  } else if (t.layout() != c10::kStrided) {
+    layout = t.layout();
+  }
+}
+
+c10::DispatchKeySet KernelKey::on(c10::DeviceType type) const {
+  return c10::DispatchKeySet(c10::computeDispatchKey(std::nullopt, layout, c10::Device(type)));
+}
+
 void note_device(c10::DeviceIndex& seen, const at::Tensor& t) {
   const auto i = t.device().index();
   if (seen < 0) {
@@ -145,6 +158,7 @@ at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c
 
 at::Tensor NativeArguments::tensor(const at::Tensor& t, bool written) {
   if (is_sparse_layout(t)) {
+    kernel.note(t);
     std::vector<at::Tensor> members;
     for (const at::Tensor& m : sparse_members(t)) members.push_back(tensor(m, written));
     at::Tensor alias = with_sparse_members(t, members, to_backing(t.device()));

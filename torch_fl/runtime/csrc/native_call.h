@@ -35,6 +35,17 @@ OpInfo& info_for(const c10::OperatorHandle& op);
 
 inline bool is_flagos(const at::Tensor& t) { return t.defined() && t.device().type() == kFlagos; }
 
+// Where a route's second call goes: straight to a kernel of the device that runs it, for the layout
+// of the call's arguments (a compressed sparse argument over a COO one over dense ones, as the
+// dispatcher picks). The first dispatch, on the flagos tensors, already ran autograd, autocast,
+// functionalization and the profiler's RecordFunction; calling the op again on the aliases would
+// run them all again and show every routed op twice in a profile.
+struct KernelKey {
+  c10::Layout layout = c10::kStrided;
+  void note(const at::Tensor& t);
+  c10::DispatchKeySet on(c10::DeviceType type) const;
+};
+
 // One flagos argument replaced by a backing alias for the duration of the call.
 struct Swap {
   c10::TensorImpl* alias_impl;
@@ -71,6 +82,7 @@ struct NativeArguments {
   std::vector<SparseSwap> sparse_swaps;
   c10::DeviceIndex index = -1;
   std::optional<c10::Device> host_operand;
+  KernelKey kernel;
 
   NativeArguments() = default;
   NativeArguments(const NativeArguments&) = delete;

@@ -227,9 +227,11 @@ struct Unboxed<Op, R(A...)> {
     }
   }
 
+  // Straight to the backing's dense kernel (calls with a sparse argument take the boxed route).
   static R backing_call(std::tuple<Pass<A>...>& passes) {
     RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>());
-    return std::apply([](auto&... p) -> R { return Op::call(p.get()...); }, passes);
+    const c10::DispatchKeySet kernel(backing().key);
+    return std::apply([&](auto&... p) -> R { return Op::redispatch(kernel, p.get()...); }, passes);
   }
 };
 

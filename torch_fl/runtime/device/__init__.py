@@ -1,6 +1,6 @@
 """`torch.flagos`: the device module, named and shaped like `torch.cuda`.
 
-Each concern lives in its own module (device management, random, memory, streams, amp); this
+Each concern lives in its own module (device management, properties, random, memory, streams, amp); this
 package re-exports them so `torch.flagos.<name>` reads like `torch.cuda.<name>`.
 """
 
@@ -24,7 +24,9 @@ from torch_fl.runtime.device.management import (
     synchronize,
 )
 from torch_fl.runtime.device.memory import (
+    OutOfMemoryError,
     empty_cache,
+    ipc_collect,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
@@ -33,6 +35,14 @@ from torch_fl.runtime.device.memory import (
     memory_stats,
     reset_accumulated_memory_stats,
     reset_peak_memory_stats,
+    set_per_process_memory_fraction,
+)
+from torch_fl.runtime.device.properties import (
+    can_device_access_peer,
+    get_arch_list,
+    get_device_capability,
+    get_device_properties,
+    is_tf32_supported,
 )
 from torch_fl.runtime.device.random import (
     default_generators,
@@ -46,11 +56,21 @@ from torch_fl.runtime.device.random import (
     set_rng_state,
     set_rng_state_all,
 )
-from torch_fl.runtime.device.streams import Event, Stream, current_stream, default_stream, set_stream, stream
+from torch_fl.runtime.device.streams import (
+    Event,
+    Stream,
+    current_stream,
+    default_stream,
+    is_current_stream_capturing,
+    set_stream,
+    stream,
+)
 
 __all__ = [
     "Event",
+    "OutOfMemoryError",
     "Stream",
+    "can_device_access_peer",
     "current_device",
     "current_stream",
     "default_generators",
@@ -60,14 +80,20 @@ __all__ = [
     "device_of",
     "empty_cache",
     "get_amp_supported_dtype",
+    "get_arch_list",
+    "get_device_capability",
+    "get_device_properties",
     "get_device_name",
     "get_rng_state",
     "get_rng_state_all",
     "init",
     "initial_seed",
+    "ipc_collect",
     "is_available",
     "is_bf16_supported",
+    "is_current_stream_capturing",
     "is_initialized",
+    "is_tf32_supported",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",
@@ -81,6 +107,7 @@ __all__ = [
     "seed",
     "seed_all",
     "set_device",
+    "set_per_process_memory_fraction",
     "set_rng_state",
     "set_rng_state_all",
     "set_stream",

@@ -6,6 +6,8 @@ from types import ModuleType
 
 import torch
 
+from torch_fl.runtime import standby
+
 _core: ModuleType | None = None
 _backing: str = "cpu"
 
@@ -16,6 +18,8 @@ def bind(core: ModuleType, backing: str) -> None:
 
 
 def core() -> ModuleType:
+    if _core is None:
+        standby.start_pending()  # asking for the core is a use of flagos
     if _core is None:
         raise RuntimeError("the flagos device is not active in this process (see torch_fl.activate)")
     return _core

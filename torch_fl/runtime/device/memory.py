@@ -11,6 +11,9 @@ from torch_fl.runtime.device.core import backing, core, index
 
 Device = Union[torch.device, str, int, None]
 
+# What running out of flagos memory raises on a CUDA backing, named as torch.cuda names it.
+OutOfMemoryError = torch.OutOfMemoryError
+
 
 def memory_stats(device: Device = None) -> dict[str, Any]:
     return dict(core().memory_stats(index(device)))
@@ -47,3 +50,17 @@ def empty_cache() -> None:
 
 def mem_get_info(device: Device = None) -> tuple[int, int]:
     return torch._C._accelerator_getMemoryInfo(index(device))
+
+
+def set_per_process_memory_fraction(fraction: float, device: Device = None) -> None:
+    if backing() != "cuda":
+        raise NotImplementedError(
+            "the flagos host reference device allocates host memory, which has no per-process limit"
+        )
+    torch.cuda.set_per_process_memory_fraction(fraction, index(device))
+
+
+def ipc_collect() -> None:
+    """Frees the backing's memory held for tensors that other processes have released."""
+    if backing() == "cuda":
+        torch.cuda.ipc_collect()

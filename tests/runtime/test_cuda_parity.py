@@ -1,0 +1,89 @@
+"""`torch.flagos` next to `torch.cuda`: what user code calls on torch.cuda is there on flagos, the backing
+device's answer on a CUDA backing and a host device's on the host; the rest is listed in the README."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def left_out() -> set[str]:
+    """The torch.cuda names the README lists as left out of torch.flagos."""
+    text = README.read_text().split("What user code calls on `torch.cuda`", 1)[1].split("\n- **", 1)[0]
+    bullets = text.split("Left out, and why:", 1)[1].split("\n  - ")[1:]
+    # Each bullet: "what (`name`, `name`, ...): why"
+    return {name for bullet in bullets for name in re.findall(r"`([A-Za-z_]\w*)`", bullet.rsplit("):", 1)[0])}
+
+
+def torch_cuda_api() -> set[str]:
+    """torch.cuda's public functions, classes and submodules (not what it imports for itself, nor the
+    legacy typed tensors and storages, which the README lists as a group)."""
+    names = set()
+    for name in dir(torch.cuda):
+        value = getattr(torch.cuda, name)
+        origin = value.__name__ if isinstance(value, type(torch)) else getattr(value, "__module__", None) or ""
+        if name.startswith("_") or not callable(value) and not isinstance(value, type(torch)):
+            continue
+        if origin.startswith("torch.cuda") and not name.endswith(("Tensor", "Storage")):
+            names.add(name)
+    return names
+
+
+def test_every_public_torch_cuda_function_is_on_flagos_or_listed():
+    # torch.flagos's submodules (memory, random, streams) hold what their torch.cuda namesakes do.
+    submodules = {n for n in dir(torch.flagos) if isinstance(getattr(torch.flagos, n), type(torch))}
+    missing = sorted(torch_cuda_api() - set(torch.flagos.__all__) - submodules - left_out())
+    assert not missing, f"torch.cuda names neither on torch.flagos nor listed as left out in the README: {missing}"
+
+
+def test_listed_names_are_really_left_out():
+    assert not left_out() & set(torch.flagos.__all__)
+
+
+@pytest.mark.backing_cpu
+def test_host_device_answers_as_a_device_without_cuda_architecture():
+    assert torch.flagos.get_device_capability() == (0, 0)
+    assert torch.flagos.get_device_capability("flagos:1") == (0, 0)
+    assert torch.flagos.get_arch_list() == []
+    assert torch.flagos.is_tf32_supported() is False
+    assert torch.flagos.is_current_stream_capturing() is False
+
+
+@pytest.mark.backing_cpu
+def test_host_device_properties_are_the_hosts():
+    props = torch.flagos.get_device_properties(1)
+    assert props.name == "flagos host reference device 1" == torch.flagos.get_device_name(1)
+    assert props.total_memory == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert props.multi_processor_count == os.cpu_count()
+    assert (props.major, props.minor) == torch.flagos.get_device_capability(1)
+
+
+@pytest.mark.backing_cpu
+@pytest.mark.two_devices
+def test_host_devices_share_memory():
+    assert torch.flagos.can_device_access_peer(0, 1)
+
+
+@pytest.mark.backing_cpu
+def test_host_memory_fraction_is_not_implemented():
+    with pytest.raises(NotImplementedError, match="no per-process limit"):
+        torch.flagos.set_per_process_memory_fraction(0.5)
+
+
+def test_ipc_collect_and_out_of_memory_error():
+    torch.flagos.ipc_collect()
+    assert torch.flagos.OutOfMemoryError is torch.cuda.OutOfMemoryError
+
+
+@pytest.mark.backing_cuda
+def test_cuda_backing_answers_are_the_backings():
+    assert torch.flagos.get_device_capability() == torch.cuda.get_device_capability()
+    assert torch.flagos.get_device_properties(0).name == torch.cuda.get_device_properties(0).name
+    assert torch.flagos.get_arch_list() == torch.cuda.get_arch_list()
+    assert torch.flagos.is_tf32_supported() == (torch.cuda.get_device_capability() >= (8, 0))
