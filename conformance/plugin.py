@@ -17,7 +17,6 @@ always uses at least one worker).
 
 from __future__ import annotations
 
-import json
 import os
 import platform as host_platform
 import signal
@@ -35,7 +34,7 @@ from torch_fl.conformance.progress import Progress
 from torch_fl.conformance.recorder import CaseInfo, Recorder
 from torch_fl.conformance.runner import SWEEP_SCOPES
 from torch_fl.conformance.session import Session
-from torch_fl.platform.record import declared_constraints, evidence_path
+from torch_fl.platform.record import declared_constraints, evidence_path, load_raw
 
 MERGE_EVERY_S = 10.0
 MAX_RERUNS = 50
@@ -179,7 +178,7 @@ class Controller:
         # --add: the existing record's cases are the base (checked addable by the runner); this
         # run's cases replace those of the same id, and the record is written only once complete.
         self.adding = bool(config.getoption("fl_add"))
-        base = json.loads(self.record_file.read_text()) if self.adding else None
+        base = load_raw(self.record_file) if self.adding else None
         if base is not None:
             # the run whose cases this one extends, with its machine: one record, several boards' runs
             header["machine"]["added_to"] = {k: base.get(k) for k in ("started", "finished", "machine")}

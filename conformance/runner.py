@@ -32,6 +32,8 @@ from torch_fl.conformance import incremental, journal
 from torch_fl.conformance.recordfile import partial_path
 from torch_fl.conformance.summary import summary_path
 from torch_fl.filelock import hold
+from torch_fl.platform.errors import RecordError
+from torch_fl.platform.record import load_raw
 
 SUITES: tuple[str, ...] = (
     "ops",
@@ -181,9 +183,9 @@ def check_addable(platform: str, record_file: Path, sources_changed: bool = Fals
     if not record_file.is_file():
         raise ValueError(f"--add: there is no record {record_file} to add to; run the conformance without --add first")
     try:
-        record = json.loads(record_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--add: {record_file} is not JSON ({exc}); run the conformance without --add") from None
+        record = load_raw(record_file)
+    except RecordError as exc:
+        raise ValueError(f"--add: {exc}; run the conformance without --add") from None
     expected = identity(load_platform(platform))
     if not record.get("complete"):
         raise ValueError(f"--add: {record_file} is not complete; finish it with --resume first")

@@ -2,7 +2,9 @@
 
 Each entry is written with one `write()` on a file opened with O_APPEND, so concurrent entries never
 interleave and a crash loses at most the entry being written (a partial last line is skipped by
-readers). The conformance journal and the route tuner's workers use it.
+readers). The conformance journal and the route tuner's workers use it. A reader skips any line
+that is not a JSON object (torn, not UTF-8, nested past the stack) and refuses a file that is not a
+regular one or grew past MAX_BYTES, naming it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
+from torch_fl.fileio import RefusedFile, read_bounded
+
+MAX_BYTES = 1 << 30  # the journal of a full sweep holds tens of megabytes
 
 
 def append(path: Path, entry: dict[str, Any]) -> None:
@@ -32,11 +38,11 @@ class Reader:
 
     def new(self) -> list[dict[str, Any]]:
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
+            data = read_bounded(self.path, MAX_BYTES, self.offset)
+        except RefusedFile:
+            if not os.path.lexists(self.path):
+                return []  # not started yet, or removed by a run that completed
+            raise
         end = data.rfind(b"\n")
         if end < 0:
             return []
@@ -46,7 +52,9 @@ class Reader:
             if not line.strip():
                 continue
             try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line torn by a crash mid-write: its case is reported by the crash path
+                entry = json.loads(line)
+            except (ValueError, RecursionError):
+                continue  # a line torn by a crash mid-write (its case is reported by the crash path), or garbage
+            if isinstance(entry, dict):
+                entries.append(entry)
         return entries

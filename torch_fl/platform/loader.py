@@ -18,6 +18,7 @@ from torch_fl.platform.errors import DescriptorError, Issue, Loc, short
 from torch_fl.platform.yaml_source import YamlDocument, load_yaml
 
 DESCRIPTOR_FILE = "platform.yaml"
+MAX_DESCRIPTOR_BYTES = 256 << 10  # a hundred times the largest shipped descriptor
 
 _NOUNS = {
     "string_type": "a string",
@@ -106,7 +107,9 @@ def vendor_module_file(descriptor: PlatformDescriptor, folder: Path) -> Path:
     if problem is not None:
         issue = Issue(f"{problem}; a vendor module must be a file inside the platform folder", VENDOR_MODULE_LOC)
         source = descriptor.source_path
-        raise DescriptorError(locate([issue], load_yaml(source)) if source else [issue], file=source)
+        raise DescriptorError(
+            locate([issue], load_yaml(source, MAX_DESCRIPTOR_BYTES)) if source else [issue], file=source
+        )
     return real
 
 
@@ -120,7 +123,7 @@ def load_descriptor(path: Path | str) -> PlatformDescriptor:
     path = Path(path)
     if path.is_dir():
         path = path / DESCRIPTOR_FILE
-    doc = load_yaml(path)
+    doc = load_yaml(path, MAX_DESCRIPTOR_BYTES)
     if not isinstance(doc.data, dict):
         raise DescriptorError([Issue("expected a mapping of descriptor fields", line=1)], file=path)
     try:
@@ -170,5 +173,5 @@ def validate_op_names(descriptor: PlatformDescriptor) -> None:
         return
     source = descriptor.source_path
     if source is not None and source.exists():
-        issues = locate(issues, load_yaml(source))
+        issues = locate(issues, load_yaml(source, MAX_DESCRIPTOR_BYTES))
     raise DescriptorError(issues, file=source)
