@@ -9,14 +9,15 @@ checked before reading, and parsed data a nesting cap checked before it is used.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 MAX_DEPTH = 32
 """How deeply a platform file's data may nest: the formats need a few levels, and parsers and
@@ -48,12 +49,13 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
-def read_bounded(path: Path, limit: int, offset: int = 0) -> bytes:
-    """The bytes of the regular file `path` from `offset`, when the file holds at most `limit` bytes.
+@contextlib.contextmanager
+def open_bounded(path: Path, limit: int) -> Iterator[BinaryIO]:
+    """The regular file `path` open for reading, when it holds at most `limit` bytes.
 
     Anything else is a RefusedFile naming it, decided before a byte is read: the path is checked
     with stat before it is opened (a device is never opened) and opened non-blocking (a FIFO put
-    there in between cannot block), and a file that grows while it is read is cut at the cap."""
+    there in between cannot block). Errors while reading are RefusedFile too."""
     try:
         kind = stat.S_IFMT(os.stat(path).st_mode)
         if kind != stat.S_IFREG:
@@ -61,7 +63,7 @@ def read_bounded(path: Path, limit: int, offset: int = 0) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise RefusedFile(path, f"cannot read: {exc.strerror or exc}") from None
-    try:
+    with os.fdopen(fd, "rb") as f:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise RefusedFile(path, "not a regular file (replaced while it was opened)")
@@ -69,20 +71,20 @@ def read_bounded(path: Path, limit: int, offset: int = 0) -> bytes:
             raise RefusedFile(
                 path, f"larger than {_size(limit)} ({_size(info.st_size)}), the most a file of its kind may be"
             )
-        chunks, total = [], offset
-        while total <= limit:
-            chunk = os.pread(fd, min(1 << 20, limit + 1 - total), total)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > limit:
-            raise RefusedFile(path, f"larger than {_size(limit)} (it grew while it was read)")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise RefusedFile(path, f"cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+        try:
+            yield f
+        except OSError as exc:
+            raise RefusedFile(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file `path`, when it holds at most `limit` (see open_bounded); a file
+    that grows past the cap while it is read is refused."""
+    with open_bounded(path, limit) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise RefusedFile(path, f"larger than {_size(limit)} (it grew while it was read)")
+    return data
 
 
 def load_json(path: Path, limit: int) -> Any:

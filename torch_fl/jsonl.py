@@ -14,9 +14,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from torch_fl.fileio import RefusedFile, read_bounded
+from torch_fl.fileio import RefusedFile, open_bounded
 
-MAX_BYTES = 1 << 30  # the journal of a full sweep holds tens of megabytes
+MAX_BYTES = 256 << 20  # the journal of a full sweep holds tens of megabytes
+MAX_LINE = 1 << 20  # an entry; a longer line is skipped, read a piece at a time
 
 
 def append(path: Path, entry: dict[str, Any]) -> None:
@@ -37,24 +38,29 @@ class Reader:
         self.offset = 0
 
     def new(self) -> list[dict[str, Any]]:
+        entries = []
         try:
-            data = read_bounded(self.path, MAX_BYTES, self.offset)
+            with open_bounded(self.path, MAX_BYTES) as f:
+                f.seek(self.offset)
+                while line := f.readline(MAX_LINE + 1):
+                    if not line.endswith(b"\n") and len(line) <= MAX_LINE:
+                        break  # the last line, still being written: read again with the rest
+                    self.offset += len(line)
+                    entry = _entry(line)
+                    if entry is not None:
+                        entries.append(entry)
         except RefusedFile:
             if not os.path.lexists(self.path):
                 return []  # not started yet, or removed by a run that completed
             raise
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offset += end + 1
-        entries = []
-        for line in data[: end + 1].splitlines():
-            if not line.strip():
-                continue
-            try:
-                entry = json.loads(line)
-            except (ValueError, RecursionError):
-                continue  # a line torn by a crash mid-write (its case is reported by the crash path), or garbage
-            if isinstance(entry, dict):
-                entries.append(entry)
         return entries
+
+
+def _entry(line: bytes) -> dict[str, Any] | None:
+    """The object on a line; None for a line torn by a crash mid-write (its case is reported by the
+    crash path), an overlong one (read in pieces) or garbage."""
+    try:
+        entry = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return entry if isinstance(entry, dict) else None

@@ -60,7 +60,7 @@ def display_path(path: Path) -> str:
     """The path relative to the working directory when it lies below it, else as given."""
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # elsewhere, or a link loop that cannot be resolved
         return str(path)
 
 
@@ -78,6 +78,14 @@ class DescriptorError(PlatformError):
     def __str__(self) -> str:
         shown = display_path(self.file) if self.file is not None else None
         return "\n".join(issue.render(shown) for issue in self.issues)
+
+    @property
+    def brief(self) -> str:
+        """The first problem on one line, and how many more there are: for listings and warnings
+        about a platform that is skipped (a file that is not a descriptor at all has dozens)."""
+        first = self.issues[0].render(display_path(self.file) if self.file is not None else None)
+        more = len(self.issues) - 1
+        return f"{first} (and {more} more problem{'s' if more > 1 else ''})" if more else first
 
     @property
     def line(self) -> int | None:

@@ -98,18 +98,25 @@ def vendor_module_file(descriptor: PlatformDescriptor, folder: Path) -> Path:
     path = folder / descriptor.kernels.vendor.module
     if not path.exists() and not path.is_symlink():
         return path
-    real = path.resolve()
+    module = descriptor.kernels.vendor.module
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):  # RuntimeError: a loop of links
+        real = None
     problem = None
-    if not real.is_relative_to(folder.resolve()):
-        problem = f"{descriptor.kernels.vendor.module} resolves to {real}, outside the platform folder"
+    if real is None:
+        problem = f"{module} is a link that leads nowhere (dangling, or a loop)"
+    elif not real.is_relative_to(folder.resolve()):
+        problem = f"{module} resolves to {real}, outside the platform folder"
     elif not real.is_file():
-        problem = f"{descriptor.kernels.vendor.module} is not a regular file"
+        problem = f"{module} is not a regular file"
     if problem is not None:
         issue = Issue(f"{problem}; a vendor module must be a file inside the platform folder", VENDOR_MODULE_LOC)
         source = descriptor.source_path
         raise DescriptorError(
             locate([issue], load_yaml(source, MAX_DESCRIPTOR_BYTES)) if source else [issue], file=source
         )
+    assert real is not None
     return real
 
 

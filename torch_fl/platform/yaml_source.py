@@ -186,6 +186,18 @@ def _round_trip(path: Path, text: str) -> Any:
         raise DescriptorError(f"invalid YAML: {exc}", file=path) from None
 
 
+ROUND_TRIP_MAX = 32 << 10
+"""The largest text whose syntax error ruamel reports (it parses about 40 KB a second); a larger
+one gets libyaml's report."""
+
+
+def _libyaml_error(exc: pyyaml.YAMLError, path: Path) -> DescriptorError:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = " ".join(str(p) for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
+    line = mark.line + 1 if mark is not None else None
+    return DescriptorError([Issue(f"invalid YAML: {clip(problem or str(exc), 200)}", line=line)], file=path)
+
+
 def parse_yaml(text: str, path: Path) -> YamlDocument:
     """Parse the text of `path`; bad input becomes a DescriptorError naming the file and line.
 
@@ -197,7 +209,11 @@ def parse_yaml(text: str, path: Path) -> YamlDocument:
             doc = YamlDocument(path=path, data=fast_load(text), text=text)
         except YamlInputError as exc:
             raise DescriptorError([Issue(str(exc), line=exc.line)], file=path) from None
-        except pyyaml.YAMLError:
+        except pyyaml.YAMLError as exc:
+            if "maximum nesting depth" in str(exc):
+                raise too_deep(path) from None  # libyaml stops at a thousand levels
+            if len(text) > ROUND_TRIP_MAX:
+                raise _libyaml_error(exc, path) from None
             tree = _round_trip(path, text)  # raises with ruamel's line and wording
             doc = YamlDocument(path=path, data=_plain(tree), text=text, _tree=tree)
         check_depth(doc.data, path)

@@ -17,7 +17,6 @@ import torch
 from torch_fl.platform import PlatformDescriptor
 from torch_fl.platform.errors import DescriptorError, Issue, PlatformError, clip, short
 from torch_fl.platform.loader import locate, op_exists
-from torch_fl.platform.yaml_source import load_yaml
 from torch_fl.routing import overrides
 from torch_fl.routing import table as route_table
 from torch_fl.routing.table import RouteTable, RouteTableError, unknown_path
@@ -116,11 +115,11 @@ def check_routing(descriptor: PlatformDescriptor) -> RoutingCheck:
             )
             return check
     try:
-        table = route_table.load(path)
+        table, doc = route_table.load_document(path)
         check.table = table
         issues = _entry_issues(descriptor, table)  # in the file's order
-        if issues:
-            shown = locate(issues[:SHOWN], load_yaml(path, route_table.MAX_TABLE_BYTES))
+        if issues and doc is not None:
+            shown = locate(issues[:SHOWN], doc)
             check.problems += str(DescriptorError(shown, file=path)).splitlines() + _more(path, len(issues))
     except (RouteTableError, DescriptorError) as exc:
         lines = str(exc).splitlines()
