@@ -8,6 +8,7 @@ file:line:field.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -128,3 +129,35 @@ def test_variable_names_and_values_are_checked_at_load(tmp_path, entry, why):
     folder = chip(tmp_path, ("variables: {}", f"variables: {{{entry}}}"))
     error = error_of(folder)
     assert why in error.message and error.field.startswith("environment.variables")
+
+
+@pytest.mark.parametrize(
+    "variable", ["JAVA_TOOL_OPTIONS", "NODE_OPTIONS", "MY_SETTING", "CUDA_HOME", "ASCEND_OPP_PATH", "NCCL_NET_PLUGIN"]
+)
+def test_only_the_vendor_runtime_knobs_the_schema_lists_may_be_set(tmp_path, variable):
+    folder = chip(tmp_path, ("variables: {}", f'variables: {{GEMS_VENDOR: nvidia, {variable}: "1"}}'))
+    error = error_of(folder)
+    assert len(error.issues) == 1 and error.field == f"environment.variables.{variable}"
+    assert f"platform.yaml:{error.line}: environment.variables.{variable}: " in str(error)
+    assert not _schema_allows_variable(variable)
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["CUDA_VISIBLE_DEVICES", "NCCL_DEBUG", "ASCEND_RT_VISIBLE_DEVICES", "PYTORCH_NPU_ALLOC_CONF", "OMP_NUM_THREADS"],
+)
+def test_vendor_runtime_knobs_are_allowed(tmp_path, variable):
+    folder = chip(tmp_path, ("variables: {}", f'variables: {{{variable}: "1=2"}}'))
+    assert load_descriptor(folder).environment.variables == {variable: "1=2"}
+    assert _schema_allows_variable(variable)
+
+
+def _schema_allows_variable(name: str) -> bool:
+    """Whether the committed JSON Schema accepts `name` in environment.variables, as the loader does."""
+    import jsonschema
+
+    from torch_fl.platform.schema import schema_text
+
+    schema = json.loads(schema_text())
+    names = schema["$defs"]["Environment"]["properties"]["variables"]["propertyNames"]
+    return jsonschema.Draft202012Validator(names).is_valid(name)
