@@ -17,6 +17,7 @@ always uses at least one worker).
 
 from __future__ import annotations
 
+import json
 import os
 import platform as host_platform
 import signal
@@ -34,6 +35,7 @@ from torch_fl.conformance.progress import Progress
 from torch_fl.conformance.recorder import CaseInfo, Recorder
 from torch_fl.conformance.runner import SWEEP_SCOPES
 from torch_fl.conformance.session import Session
+from torch_fl.fileio import write_atomically
 from torch_fl.platform.record import declared_constraints, evidence_path, load_raw
 
 MERGE_EVERY_S = 10.0
@@ -308,8 +310,7 @@ class Controller:
         self.progress.update(self.items_done, statuses)
         record, cases = recordfile.build(self.collector, complete, finished, extra)
         path = self.output_file if complete else self.interim_file
-        recordfile.write(path, record, cases)
-        return path, record
+        return path, recordfile.write(path, record, cases)
 
     def _orphaned(self) -> bool:
         """Has the command that started this run ended? Then nothing of the run may write the record."""
@@ -344,6 +345,10 @@ class Controller:
             summary.summary_path(self.interim_file).unlink(missing_ok=True)
             for leftover in (self.run_dir / "inflight").glob("*"):
                 leftover.unlink(missing_ok=True)
+            # Last, once the record reads back as written: what the command reports the run by.
+            write_atomically(
+                self.run_dir / journal.WRITTEN, json.dumps({"record": str(path), "checksum": record["checksum"]})
+            )
         self.config.stash[OUTCOME] = {"record": str(path), "complete": complete}
 
 

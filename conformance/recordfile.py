@@ -243,8 +243,9 @@ def write_cases(
     return json.loads(Path(path).read_text())
 
 
-def write(path: Path, record: dict[str, Any], cases: list[dict[str, Any]]) -> None:
-    """Write the evidence, then the record naming it (checksummed, validated), each atomically."""
+def write(path: Path, record: dict[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write the evidence, then the record naming it (checksummed, validated), each atomically;
+    returns the record as written."""
     evidence = gzip.compress("".join(json.dumps(c, separators=(",", ":")) + "\n" for c in cases).encode(), mtime=0)
     evidence_file = evidence_path(path)
     write_atomically(evidence_file, evidence)
@@ -259,6 +260,7 @@ def write(path: Path, record: dict[str, Any], cases: list[dict[str, Any]]) -> No
     record["checksum"] = checksum(record)
     Record.model_validate(record)
     write_atomically(path, json.dumps(record, indent=1) + "\n")
+    return record
 
 
 def partial_path(record: Path) -> Path:

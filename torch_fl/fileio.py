@@ -10,6 +10,7 @@ checked before reading, and parsed data a nesting cap checked before it is used.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import json
 import os
@@ -121,15 +122,17 @@ def check_depth(data: Any, path: Path) -> None:
 
 
 def write_atomically(path: Path, content: str | bytes) -> None:
-    """Replace `path` with `content` (text as UTF-8): written to a temporary file beside it, flushed, renamed.
+    """Replace `path` with `content` (text as UTF-8): written to a temporary file beside it, flushed,
+    renamed, read back (an OSError when it differs).
 
     The temporary file, `.NAME.PID.XXXXXXXX.tmp`, is removed on any exception; one left by a killed
     process is recognised by its PID (see remove_orphans)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = content.encode("utf-8") if isinstance(content, str) else content
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(content.encode("utf-8") if isinstance(content, str) else content)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         # mkstemp makes the file private (0600); give it the mode a plain write would have.
@@ -138,6 +141,13 @@ def write_atomically(path: Path, content: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    # What is on disk now is what callers report as written: read it back rather than trust the rename.
+    try:
+        same = read_bounded(path, len(data)) == data
+    except RefusedFile:
+        same = False
+    if not same:
+        raise OSError(errno.EIO, "the file reads back other bytes than were written", str(path))
 
 
 def remove_orphans(paths: Iterable[Path]) -> list[Path]:

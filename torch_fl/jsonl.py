@@ -9,6 +9,7 @@ regular one or grew past MAX_BYTES, naming it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -23,11 +24,14 @@ MAX_LINE = 1 << 20  # an entry; a longer line is skipped, read a piece at a time
 def append(path: Path, entry: dict[str, Any]) -> None:
     """Append one entry atomically (a single write on an O_APPEND descriptor)."""
     line = json.dumps(entry, separators=(",", ":"), default=str)
+    data = (line + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, (line + "\n").encode())
+        written = os.write(fd, data)
     finally:
         os.close(fd)
+    if written != len(data):  # a full disk or a file size limit: the entry is torn, and readers skip it
+        raise OSError(errno.ENOSPC, f"only {written} of {len(data)} bytes of an entry were written", str(path))
 
 
 class Reader:
