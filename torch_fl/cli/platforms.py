@@ -124,7 +124,8 @@ def list_cmd(as_json: bool = JsonOption) -> None:
             )
         console.print(table)
         for row in rows:
-            if row["status"] in ("stale", "error") and row["reasons"]:  # "unvalidated" says it all: no record
+            # every status but these two has a reason to give ("unvalidated" says it all: no record)
+            if row["status"] not in ("validated", "unvalidated", "invalid") and row["reasons"]:
                 reasons = "; ".join(row["reasons"])
                 console.print(
                     f"{escape(row['name'])} is {row['status']}: {escape(reasons)}", highlight=False, soft_wrap=True

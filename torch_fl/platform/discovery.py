@@ -17,7 +17,7 @@ from typing import Literal
 
 from torch_fl import env
 from torch_fl.platform.descriptor import PlatformDescriptor
-from torch_fl.platform.errors import DescriptorError, SelectionError
+from torch_fl.platform.errors import DescriptorError, SelectionError, did_you_mean
 from torch_fl.platform.loader import DESCRIPTOR_FILE, load_descriptor
 
 Origin = Literal["shipped", "path"]
@@ -93,7 +93,8 @@ def load_platform(name: str, sources: dict[str, PlatformSource] | None = None) -
     """Load one platform by name; an unknown name is a SelectionError listing the known ones."""
     sources = discover() if sources is None else sources
     if name not in sources:
-        raise SelectionError(f"unknown platform {name!r}; known platforms: {', '.join(sources) or 'none'}")
+        known = ", ".join(sources) or "none"
+        raise SelectionError(f"unknown platform {name!r}; {did_you_mean(name, sources)}known platforms: {known}")
     return load_descriptor(sources[name].directory)
 
 

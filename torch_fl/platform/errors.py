@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,13 @@ _BOUNDED.maxstring, _BOUNDED.maxother, _BOUNDED.maxlist, _BOUNDED.maxdict, _BOUN
 def short(value: object, limit: int = 60) -> str:
     """A repr of `value` of at most `limit` characters, built without rendering all of a huge value."""
     return clip(_BOUNDED.repr(value), limit)
+
+
+def did_you_mean(name: str, known: Collection[str]) -> str:
+    """`did you mean 'host_ref'? ` for a slip of a known name (case, a typo), else ''."""
+    match = next((k for k in known if k.lower() == name.lower()), None)
+    match = match or next(iter(difflib.get_close_matches(name.lower(), list(known), n=1, cutoff=0.9)), None)
+    return f"did you mean {match!r}? " if match else ""
 
 
 def format_loc(loc: Loc) -> str:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from torch_fl.fileio import RefusedFile, load_json, read_bounded
 from torch_fl.platform.descriptor import PlatformDescriptor
-from torch_fl.platform.errors import RecordError
+from torch_fl.platform.errors import RecordError, clip
 from torch_fl.platform.versions import minor_line, release
 
 RECORD_FORMAT: Literal[2] = 2
@@ -367,7 +367,10 @@ def load_evidence(record_file: Path) -> list[Case]:
     record, _ = _read_record(Path(record_file))
     if record.evidence is None:
         return list(record.failures)
-    path = Path(record_file).with_name(record.evidence.file)
+    name = record.evidence.file
+    if not name or Path(name).name != name or name in (".", ".."):
+        raise RecordError(f"{record_file}: evidence.file {clip(name, 200)!r} is not a file name beside the record")
+    path = Path(record_file).with_name(name)
     try:
         data = read_bounded(path, MAX_EVIDENCE_BYTES)
     except RefusedFile as exc:
