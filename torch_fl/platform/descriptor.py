@@ -35,6 +35,8 @@ KERNEL_SETS: tuple[str, ...] = ("native", "flaggems", "vendor", "emulated", "cpu
 """Every execution path, in the order the design lists them; `cpu` is implicit and never declared."""
 RUNTIME_BACKINGS: frozenset[str] = frozenset({"cpu", "cuda"})
 """Backing devices the C++ runtime can drive; descriptors with other backings load as data only."""
+RECORDS_DIR = "records"
+"""The folder of a platform's conformance records (torch_fl.platform.record)."""
 TORCH_FL_PREFIX = "FLAGOS_"
 """torch-fl's own environment variables (torch_fl.env); a descriptor may not set them."""
 PROGRAM_VARIABLES = frozenset(
@@ -347,8 +349,9 @@ class PackagePin(_Model):
 
 class VendorKernels(_GatedKernels):
     module: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./-]+\.py$")] = Field(
-        description="A file `name.py` inside the descriptor's folder (after resolving links); never an importable module "
-        "name, which would import code from wherever the import path points."
+        description="A file `name.py` inside the descriptor's folder, reached without links and not under records/ "
+        "or __pycache__/ (what runs is what the record hashes); never an importable module name, which would "
+        "import code from wherever the import path points."
     )
     package: PackagePin | None = Field(
         None, description="The distribution that provides the module, when it is installed separately."
@@ -362,8 +365,13 @@ class VendorKernels(_GatedKernels):
     @field_validator("module")
     @classmethod
     def _stays_inside(cls, value: str) -> str:
-        if value.endswith(".py") and (value.startswith("/") or ".." in Path(value).parts):
+        parts = Path(value).parts
+        if value.endswith(".py") and (value.startswith("/") or ".." in parts):
             raise ValueError("a module file must lie inside the platform folder")
+        if parts[:1] == (RECORDS_DIR,) or "__pycache__" in parts:
+            raise ValueError(
+                "records/ and __pycache__/ are not hashed into the record: a vendor module must be a file the record binds"
+            )
         return value
 
 

@@ -90,19 +90,22 @@ VENDOR_MODULE_LOC: Loc = ("kernels", "vendor", "module")
 def vendor_module_file(descriptor: PlatformDescriptor, folder: Path) -> Path:
     """The real path of the descriptor's vendor module in `folder`, or a DescriptorError.
 
-    The module is imported at the first vendor call: after resolving links it must be a regular
-    file inside the platform folder, never code from elsewhere (the working directory, a link's
-    target). A file that does not exist yet is returned as is (onboard validates before writing).
+    The module is imported at the first vendor call, and what runs must be what the record hashed
+    (torch_fl.platform.record.platform_sources): a regular file inside the platform folder, reached
+    without links (the descriptor keeps it out of records/ and __pycache__/, never hashed). A file
+    that does not exist yet is returned as is (onboard validates before writing).
     """
     assert descriptor.kernels.vendor is not None
-    path = folder / descriptor.kernels.vendor.module
+    module = descriptor.kernels.vendor.module
+    path = folder / module
     if not path.exists() and not path.is_symlink():
         return path
-    module = descriptor.kernels.vendor.module
     try:
         real = path.resolve(strict=True)
     except (OSError, RuntimeError):  # RuntimeError: a loop of links
         real = None
+    parts = Path(module).parts
+    link = next((p for p in (folder.joinpath(*parts[: i + 1]) for i in range(len(parts))) if p.is_symlink()), None)
     problem = None
     if real is None:
         problem = f"{module} is a link that leads nowhere (dangling, or a loop)"
@@ -110,6 +113,8 @@ def vendor_module_file(descriptor: PlatformDescriptor, folder: Path) -> Path:
         problem = f"{module} resolves to {real}, outside the platform folder"
     elif not real.is_file():
         problem = f"{module} is not a regular file"
+    elif link is not None:
+        problem = f"{module} is reached through a link ({link.relative_to(folder)}); the record hashes files, not links"
     if problem is not None:
         issue = Issue(f"{problem}; a vendor module must be a file inside the platform folder", VENDOR_MODULE_LOC)
         source = descriptor.source_path

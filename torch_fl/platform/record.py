@@ -30,12 +30,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from torch_fl.fileio import RefusedFile, load_json, read_bounded
-from torch_fl.platform.descriptor import PlatformDescriptor
+from torch_fl.platform.descriptor import RECORDS_DIR, PlatformDescriptor
 from torch_fl.platform.errors import RecordError, clip
 from torch_fl.platform.versions import minor_line, release
 
 RECORD_FORMAT: Literal[2] = 2
-RECORDS_DIR = "records"
 MAX_RECORD_BYTES = 32 << 20  # twenty times the largest record made (a full sweep on nvidia_h200)
 MAX_SOURCE_BYTES = 16 << 20  # a vendor kernel module
 MAX_EVIDENCE_BYTES = 256 << 20  # a run's cases, unpacked
