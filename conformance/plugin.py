@@ -22,6 +22,7 @@ import os
 import platform as host_platform
 import signal
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -331,6 +332,10 @@ class Controller:
             },
         )
         self.collector.feed(self.reader.new())
+        changed = self.collector.changed_sources()
+        for problem in changed:
+            print(f"torch-fl: {problem}; the run does not complete", file=sys.stderr, flush=True)
+        complete = complete and not changed
         total_wall = sum(s.get("wall_s", 0.0) for s in self.collector.sessions)
         cases = len(self.collector.cases)
         rate = round(cases / total_wall, 1) if total_wall > 0 else None
@@ -424,6 +429,7 @@ class Worker:
         self.recorder.constraints = declared_constraints(descriptor)
         self.reports: list[pytest.TestReport] = []
         self._announced = False
+        self._imported: dict[str, str] = {}
 
     def ready_session(self) -> Session:
         self.session.activate()
@@ -485,6 +491,16 @@ class Worker:
             entry["item_level"] = True
             journal.append(self.recorder.journal_file, entry)
         self.recorder.end_item(done=True)
+        self._journal_imports()
+
+    def _journal_imports(self) -> None:
+        """Journal which vendor sources this worker imported, by hash, whenever that changes: the
+        controller checks them against the sources the record binds."""
+        vendor = sys.modules.get("torch_fl.kernels.vendor")  # not imported: no vendor kernel ran here
+        sources = vendor.imported_sources() if vendor is not None else {}
+        if sources != self._imported:
+            self._imported = sources
+            journal.append(self.recorder.journal_file, {"kind": "imported", "sources": sources})
 
 
 def _short(report: pytest.TestReport) -> str:

@@ -79,6 +79,7 @@ class Collector:
         self.devices: set[str] = set()
         self.item_seconds: dict[str, float] = {}
         self.case_items: dict[str, str] = {}  # case id -> its item (for the run's cost)
+        self.imported: dict[str, set[str]] = {}  # vendor source -> the hashes workers imported of it
 
     def seed(self, record_file: Path, replaced: Callable[[dict[str, Any]], bool] | None = None) -> None:
         """Start from a record's cases (`--add`), less those `replaced` says this run re-runs (so a
@@ -111,7 +112,21 @@ class Collector:
                 self.sessions.append(entry)
             elif kind == "worker" and entry.get("device"):
                 self.devices.add(str(entry["device"]))
+            elif kind == "imported":
+                for source, digest in (entry.get("sources") or {}).items():
+                    self.imported.setdefault(str(source), set()).add(str(digest))
         return n
+
+    def changed_sources(self) -> list[str]:
+        """The vendor sources the workers imported other than the run binds (edited during the run):
+        its cases tested code its record would not name."""
+        bound = ((self.header or {}).get("binding") or {}).get("sources") or {}
+        return [
+            f"{source} changed during the run: the workers imported {', '.join(sorted(digests))}, "
+            f"the run binds {bound.get(source, 'no such source')}"
+            for source, digests in sorted(self.imported.items())
+            if digests != {bound.get(source)}
+        ]
 
 
 def _rate(counts: Counter[str]) -> float | None:

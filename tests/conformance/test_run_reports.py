@@ -108,3 +108,30 @@ def test_a_journal_entry_cut_short_by_a_full_disk_is_an_error(tmp_path):
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, preexec_fn=_small_files
     )
     assert "refused:" in result.stdout and "j.jsonl" in result.stdout, result.stdout + result.stderr
+
+
+def test_a_vendor_source_edited_during_the_run_fails_it():
+    collector = recordfile.Collector()
+    collector.feed([{"kind": "run", "binding": {"sources": {"kernels.py": "sha256:aa"}}}])
+    collector.feed([{"kind": "imported", "sources": {"kernels.py": "sha256:aa"}}])
+    assert collector.changed_sources() == []
+    collector.feed([{"kind": "imported", "sources": {"kernels.py": "sha256:bb"}}])  # another worker, later
+    (problem,) = collector.changed_sources()
+    assert problem.startswith("kernels.py changed during the run") and "sha256:bb" in problem
+
+
+def test_the_vendor_module_a_process_imports_is_known_by_its_hash(tmp_path):
+    import hashlib
+    import shutil
+
+    from torch_fl.kernels.vendor import imported_sources, load_vendor_module
+
+    folder = tmp_path / "hashed_chip"
+    shutil.copytree(
+        Path(__file__).parent / "fixtures" / "broken_chip", folder, ignore=shutil.ignore_patterns("records")
+    )
+    descriptor = folder / "platform.yaml"
+    descriptor.write_text(descriptor.read_text().replace("name: broken_chip", "name: hashed_chip"))
+    load_vendor_module(load_descriptor(folder))
+    digest = "sha256:" + hashlib.sha256((folder / "kernels.py").read_bytes()).hexdigest()
+    assert imported_sources()["kernels.py"] == digest

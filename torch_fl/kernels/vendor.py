@@ -7,6 +7,7 @@ backing tensors (or write in place / into `out=`), exactly like the backing's at
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,6 +22,14 @@ from torch_fl.kernels.base import op_name
 from torch_fl.platform import PlatformDescriptor
 from torch_fl.platform.loader import vendor_module_file
 from torch_fl.platform.record import MAX_SOURCE_BYTES
+
+_imported: dict[str, str] = {}
+
+
+def imported_sources() -> dict[str, str]:
+    """Relative path -> `sha256:<hex>` of the vendor modules this process imported: what it ran, for
+    the conformance run to check against the sources its record binds."""
+    return dict(_imported)
 
 
 def load_vendor_module(descriptor: PlatformDescriptor) -> ModuleType:
@@ -41,6 +50,8 @@ def load_vendor_module(descriptor: PlatformDescriptor) -> ModuleType:
         source = read_bounded(path, MAX_SOURCE_BYTES)
     except RefusedFile as exc:
         raise ImportError(f"cannot load the vendor kernel module: {exc}") from None
+    relative = path.relative_to(Path(descriptor.directory).resolve()).as_posix()
+    _imported[relative] = "sha256:" + hashlib.sha256(source).hexdigest()
     code = compile(source, str(path), "exec", dont_inherit=True)
     module = ModuleType(name)
     module.__file__ = str(path)
