@@ -32,6 +32,7 @@ from torch_fl.platform.record import (
     evidence_path,
     gate_verdicts,
     load_evidence,
+    load_raw,
     outside_constraints,
     proven_limits,
 )
@@ -88,7 +89,7 @@ class Collector:
             data = case.model_dump()
             if replaced is None or not replaced(data):
                 self.cases[case.id] = data
-        record = json.loads(Path(record_file).read_text())
+        record = load_raw(Path(record_file))
         for session in record.get("machine", {}).get("sessions", []):
             self.sessions.append(session)
 
