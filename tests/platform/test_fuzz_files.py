@@ -26,7 +26,7 @@ from torch_fl.platform.discovery import shipped_root
 
 HOST_REF = shipped_root() / "host_ref"
 SEED = int(os.environ.get("FUZZ_SEED", "26"))
-CASES = 90
+CASES = 64
 SECONDS, MEGABYTES, LINES, CHARS = 5.0, 200, 8, 1200
 
 Maker = Callable[[random.Random, Path], str]
