@@ -20,14 +20,20 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from torch_fl.platform.descriptor import PlatformDescriptor
-from torch_fl.platform.record import Binding, Record, binding_differences, inconsistencies, platform_sources
+from torch_fl.platform.record import (
+    Binding,
+    Record,
+    binding_differences,
+    inconsistencies,
+    load_raw,
+    platform_sources,
+)
 
 EVERY = "*"
 """The op list of a source that decides every vendor case."""
@@ -216,7 +222,7 @@ def plan(descriptor: PlatformDescriptor, record_file: Path, expected: Binding) -
 
     vendor = descriptor.kernels.vendor
     try:
-        raw = json.loads(Path(record_file).read_text())
+        raw = load_raw(Path(record_file))
         record = Record.model_validate(raw)
         cases = load_evidence(record_file)
     except (OSError, ValueError, RecordError):

@@ -34,6 +34,10 @@ def run_dir(record: Path) -> Path:
     return record.with_name(record.stem + ".run")
 
 
+WRITTEN = "written.json"
+"""In the run folder: the record a completed run wrote, and its checksum, read back after writing."""
+
+
 def interim_record(record: Path) -> Path:
     """The record of a run in progress (its periodic merges, or where it stopped), in its run folder:
     the record itself is replaced only by a run that completes."""

@@ -22,6 +22,7 @@ import os
 import platform as host_platform
 import signal
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -35,7 +36,8 @@ from torch_fl.conformance.progress import Progress
 from torch_fl.conformance.recorder import CaseInfo, Recorder
 from torch_fl.conformance.runner import SWEEP_SCOPES
 from torch_fl.conformance.session import Session
-from torch_fl.platform.record import declared_constraints, evidence_path
+from torch_fl.fileio import write_atomically
+from torch_fl.platform.record import declared_constraints, evidence_path, load_raw
 
 MERGE_EVERY_S = 10.0
 MAX_RERUNS = 50
@@ -181,7 +183,7 @@ class Controller:
         # --add: the existing record's cases are the base (checked addable by the runner); this
         # run's cases replace those of the same id, and the record is written only once complete.
         self.adding = bool(config.getoption("fl_add"))
-        base = json.loads(self.record_file.read_text()) if self.adding else None
+        base = load_raw(self.record_file) if self.adding else None
         if base is not None:
             # the run whose cases this one extends, with its machine: one record, several boards' runs
             header["machine"]["added_to"] = {k: base.get(k) for k in ("started", "finished", "machine")}
@@ -311,8 +313,7 @@ class Controller:
         self.progress.update(self.items_done, statuses)
         record, cases = recordfile.build(self.collector, complete, finished, extra)
         path = self.output_file if complete else self.interim_file
-        recordfile.write(path, record, cases)
-        return path, record
+        return path, recordfile.write(path, record, cases)
 
     def _orphaned(self) -> bool:
         """Has the command that started this run ended? Then nothing of the run may write the record."""
@@ -333,6 +334,10 @@ class Controller:
             },
         )
         self.collector.feed(self.reader.new())
+        changed = self.collector.changed_sources()
+        for problem in changed:
+            print(f"torch-fl: {problem}; the run does not complete", file=sys.stderr, flush=True)
+        complete = complete and not changed
         total_wall = sum(s.get("wall_s", 0.0) for s in self.collector.sessions)
         cases = len(self.collector.cases)
         rate = round(cases / total_wall, 1) if total_wall > 0 else None
@@ -347,6 +352,10 @@ class Controller:
             summary.summary_path(self.interim_file).unlink(missing_ok=True)
             for leftover in (self.run_dir / "inflight").glob("*"):
                 leftover.unlink(missing_ok=True)
+            # Last, once the record reads back as written: what the command reports the run by.
+            write_atomically(
+                self.run_dir / journal.WRITTEN, json.dumps({"record": str(path), "checksum": record["checksum"]})
+            )
         self.config.stash[OUTCOME] = {"record": str(path), "complete": complete}
 
 
@@ -422,6 +431,7 @@ class Worker:
         self.recorder.constraints = declared_constraints(descriptor)
         self.reports: list[pytest.TestReport] = []
         self._announced = False
+        self._imported: dict[str, str] = {}
 
     def ready_session(self) -> Session:
         self.session.activate()
@@ -486,6 +496,16 @@ class Worker:
             entry["item_level"] = True
             journal.append(self.recorder.journal_file, entry)
         self.recorder.end_item(done=True)
+        self._journal_imports()
+
+    def _journal_imports(self) -> None:
+        """Journal which vendor sources this worker imported, by hash, whenever that changes: the
+        controller checks them against the sources the record binds."""
+        vendor = sys.modules.get("torch_fl.kernels.vendor")  # not imported: no vendor kernel ran here
+        sources = vendor.imported_sources() if vendor is not None else {}
+        if sources != self._imported:
+            self._imported = sources
+            journal.append(self.recorder.journal_file, {"kind": "imported", "sources": sources})
 
 
 def _short(report: pytest.TestReport) -> str:

@@ -32,6 +32,7 @@ from torch_fl.platform.record import (
     evidence_path,
     gate_verdicts,
     load_evidence,
+    load_raw,
     outside_constraints,
     proven_limits,
 )
@@ -79,6 +80,7 @@ class Collector:
         self.devices: set[str] = set()
         self.item_seconds: dict[str, float] = {}
         self.case_items: dict[str, str] = {}  # case id -> its item (for the run's cost)
+        self.imported: dict[str, set[str]] = {}  # vendor source -> the hashes workers imported of it
 
     def seed(self, record_file: Path, replaced: Callable[[dict[str, Any]], bool] | None = None) -> None:
         """Start from a record's cases (`--add`), less those `replaced` says this run re-runs (so a
@@ -87,7 +89,7 @@ class Collector:
             data = case.model_dump()
             if replaced is None or not replaced(data):
                 self.cases[case.id] = data
-        record = json.loads(Path(record_file).read_text())
+        record = load_raw(Path(record_file))
         for session in record.get("machine", {}).get("sessions", []):
             self.sessions.append(session)
 
@@ -111,7 +113,21 @@ class Collector:
                 self.sessions.append(entry)
             elif kind == "worker" and entry.get("device"):
                 self.devices.add(str(entry["device"]))
+            elif kind == "imported":
+                for source, digest in (entry.get("sources") or {}).items():
+                    self.imported.setdefault(str(source), set()).add(str(digest))
         return n
+
+    def changed_sources(self) -> list[str]:
+        """The vendor sources the workers imported other than the run binds (edited during the run):
+        its cases tested code its record would not name."""
+        bound = ((self.header or {}).get("binding") or {}).get("sources") or {}
+        return [
+            f"{source} changed during the run: the workers imported {', '.join(sorted(digests))}, "
+            f"the run binds {bound.get(source, 'no such source')}"
+            for source, digests in sorted(self.imported.items())
+            if digests != {bound.get(source)}
+        ]
 
 
 def _rate(counts: Counter[str]) -> float | None:
@@ -243,8 +259,9 @@ def write_cases(
     return json.loads(Path(path).read_text())
 
 
-def write(path: Path, record: dict[str, Any], cases: list[dict[str, Any]]) -> None:
-    """Write the evidence, then the record naming it (checksummed, validated), each atomically."""
+def write(path: Path, record: dict[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write the evidence, then the record naming it (checksummed, validated), each atomically;
+    returns the record as written."""
     evidence = gzip.compress("".join(json.dumps(c, separators=(",", ":")) + "\n" for c in cases).encode(), mtime=0)
     evidence_file = evidence_path(path)
     write_atomically(evidence_file, evidence)
@@ -259,6 +276,7 @@ def write(path: Path, record: dict[str, Any], cases: list[dict[str, Any]]) -> No
     record["checksum"] = checksum(record)
     Record.model_validate(record)
     write_atomically(path, json.dumps(record, indent=1) + "\n")
+    return record
 
 
 def partial_path(record: Path) -> Path:

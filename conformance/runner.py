@@ -19,7 +19,6 @@ however it ends.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import signal
@@ -33,7 +32,10 @@ from typing import Any
 from torch_fl.conformance import incremental, journal, shards
 from torch_fl.conformance.recordfile import partial_path
 from torch_fl.conformance.summary import summary_path
+from torch_fl.fileio import RefusedFile, load_json
 from torch_fl.filelock import hold
+from torch_fl.platform.errors import RecordError
+from torch_fl.platform.record import load_raw
 
 SUITES: tuple[str, ...] = (
     "ops",
@@ -86,6 +88,7 @@ class RunOptions:
     suites: list[str] | None = None
     paths: list[str] | None = None
     resume: bool = False
+    discard: bool = False
     add: bool = False
     full: bool = False
     replace_ops: list[str] = field(default_factory=list)
@@ -115,6 +118,8 @@ class RunOutcome:
     partial: bool
     plan: incremental.Plan | None = None
     """What an incremental run re-ran (None: the run was what it was asked to be)."""
+    error: str | None = None
+    """Why a run whose pytest ended well did not complete: the record is not the one it wrote."""
 
 
 def record_file_for(platform: str, record_dir: Path | None, shard: str | None = None) -> Path:
@@ -126,7 +131,8 @@ def record_file_for(platform: str, record_dir: Path | None, shard: str | None = 
 
     descriptor = load_platform(platform)
     line = minor_line(installed_version("torch") or "0")
-    folder = Path(record_dir) if record_dir is not None else Path(descriptor.directory) / RECORDS_DIR
+    # Absolute: the run's pytest works in the run folder, where a relative path means another place.
+    folder = Path(record_dir).absolute() if record_dir is not None else Path(descriptor.directory) / RECORDS_DIR
     record = folder / f"torch-{line}.json"
     return shards.Shard.parse(shard).record_file(record) if shard else record
 
@@ -149,6 +155,8 @@ def validate(options: RunOptions) -> None:
         raise ValueError(f"--sweep takes one of {', '.join(SWEEP_SCOPES)}; got {options.sweep!r}")
     if options.workers != "auto" and (not str(options.workers).isdigit() or int(options.workers) < 1):
         raise ValueError("-n takes 'auto' or a number of workers >= 1 (a worker is what survives a crashing kernel)")
+    if options.discard and options.resume:
+        raise ValueError("--discard drops the journal that --resume would continue: pass one of them")
     if options.add and options.resume:
         raise ValueError(
             "--add and --resume cannot be combined: an interrupted --add run leaves the record as it was; run it again"
@@ -191,9 +199,9 @@ def check_addable(platform: str, record_file: Path, sources_changed: bool = Fals
     if not record_file.is_file():
         raise ValueError(f"--add: there is no record {record_file} to add to; run the conformance without --add first")
     try:
-        record = json.loads(record_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--add: {record_file} is not JSON ({exc}); run the conformance without --add") from None
+        record = load_raw(record_file)
+    except RecordError as exc:
+        raise ValueError(f"--add: {exc}; run the conformance without --add") from None
     expected = identity(load_platform(platform))
     if not record.get("complete"):
         raise ValueError(f"--add: {record_file} is not complete; finish it with --resume first")
@@ -264,9 +272,40 @@ def is_subset(options: RunOptions) -> bool:
 
 def _is_complete(record_file: Path) -> bool:
     try:
-        return json.loads(record_file.read_bytes()).get("complete") is True
-    except (OSError, ValueError, AttributeError):
+        return load_raw(record_file).get("complete") is True
+    except RecordError:
         return False
+
+
+def keep_interrupted(options: RunOptions, record_file: Path) -> None:
+    """A run that does not resume must not replace the journal of an interrupted run, the one way to
+    finish it: that journal goes only with --discard."""
+    path = journal.journal_path(record_file)
+    if options.resume or not os.path.lexists(path):
+        return
+    if not options.discard:
+        raise ValueError(
+            f"{path} is the journal of an interrupted run: continue it with --resume, "
+            "or pass --discard to drop it and start this run"
+        )
+    path.unlink()
+
+
+def not_written(output: Path, folder: Path) -> str | None:
+    """Why `output` is not the record the run's pytest says it wrote (in the run folder's WRITTEN),
+    or None when it is: a run is reported only by the record it left on disk."""
+    try:
+        said = load_json(folder / journal.WRITTEN, 1 << 16)
+        on_disk = load_raw(output)
+    except (RefusedFile, RecordError) as exc:
+        return f"{output}: not confirmed as this run's record ({exc}); see the log"
+    if (
+        not isinstance(said, dict)
+        or said.get("record") != str(output)
+        or said.get("checksum") != on_disk.get("checksum")
+    ):
+        return f"{output}: not the record this run wrote (it says it wrote {str(said)[:300]}); see the log"
+    return None
 
 
 def destination(options: RunOptions, record_file: Path) -> Path:
@@ -402,6 +441,7 @@ def run(options: RunOptions) -> RunOutcome:
     line = record_file.stem.removeprefix("torch-")
     what = f"a conformance run of {options.platform} on torch {line} into {record_file.parent}"
     with hold(record_file.with_suffix(".lock"), what):
+        keep_interrupted(options, record_file)
         if options.resume:
             options = resume_selection(options, record_file)
         plan = incremental_plan(options, record_file)
@@ -415,6 +455,7 @@ def run(options: RunOptions) -> RunOutcome:
         ini = folder / "pytest.ini"
         ini.write_text("[pytest]\n")
         log_file = folder / "pytest.log"
+        (folder / journal.WRITTEN).unlink(missing_ok=True)  # an earlier run's word is not this one's
         argv = pytest_command(options, record_file, ini, output)
         started = time.monotonic()
         with open(log_file, "w") as log:
@@ -426,15 +467,26 @@ def run(options: RunOptions) -> RunOutcome:
         # removes it when it completes; a pytest that died before either leaves the exit status.
         interim = journal.interim_record(record_file)
         complete = returncode in (0, 1, 5) and not interim.is_file() and output.is_file()
+        error = not_written(output, folder) if complete else None
+        complete = complete and error is None
         written = output if complete else interim
         record = None
         if written.is_file():
             try:
-                record = json.loads(written.read_text())
-            except json.JSONDecodeError:
+                record = load_raw(written)
+            except RecordError:
                 record = None
         outcome = RunOutcome(
-            returncode, written, summary_path(written), log_file, wall, record, complete, output != record_file, plan
+            returncode,
+            written,
+            summary_path(written),
+            log_file,
+            wall,
+            record,
+            complete,
+            output != record_file,
+            plan,
+            error,
         )
         if complete:
             shutil.rmtree(folder, ignore_errors=True)  # the record says it all; the log only helps a failed start

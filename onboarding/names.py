@@ -8,6 +8,7 @@ and must not read as a device type or an execution path (`FLAGOS_PLATFORM=cpu` w
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from torch_fl.onboarding.errors import OnboardError
 from torch_fl.platform.descriptor import KERNEL_SETS, NAME_PATTERN
@@ -68,8 +69,17 @@ def suggest(name: str) -> str:
     return f"{base}_chip"[-MAX_LENGTH:] if base in RESERVED else base
 
 
-def check_name(name: str) -> str:
-    """Return `name` when it can name a new platform, else raise OnboardError saying why."""
+def _instead(name: str, taken: Collection[str]) -> str:
+    """What to use instead of `name`: a valid name close to it, unless that platform already exists."""
+    close = suggest(name)
+    if close in taken:
+        return f"and {close} already exists (to start from it: --like {close}); choose another name"
+    return f"e.g. {close!r}"
+
+
+def check_name(name: str, taken: Collection[str] = ()) -> str:
+    """Return `name` when it can name a new platform, else raise OnboardError saying why (and never
+    offering one of the `taken` names in its place)."""
     if not name:
         raise OnboardError("the platform name is empty; use a lower-case identifier such as my_chip")
     if "/" in name or "\\" in name or name in (".", "..") or ".." in name:
@@ -78,16 +88,16 @@ def check_name(name: str) -> str:
             "use --root or --platforms-dir for where to write"
         )
     if name != name.lower():
-        raise OnboardError(f"{name!r} has upper-case letters; platform names are lower case, e.g. {suggest(name)!r}")
+        raise OnboardError(f"{name!r} has upper-case letters; platform names are lower case, {_instead(name, taken)}")
     if not re.fullmatch(NAME_PATTERN, name):
         raise OnboardError(
-            f"{name!r} is not a valid platform name: a letter, then letters, digits or _; e.g. {suggest(name)!r}"
+            f"{name!r} is not a valid platform name: a letter, then letters, digits or _; {_instead(name, taken)}"
         )
     if len(name) > MAX_LENGTH:
-        raise OnboardError(f"{name!r} is longer than {MAX_LENGTH} characters; e.g. {suggest(name)!r}")
+        raise OnboardError(f"{name!r} is longer than {MAX_LENGTH} characters; {_instead(name, taken)}")
     if name in RESERVED:
         raise OnboardError(
             f"{name!r} is reserved (a torch device type, an execution path, a torch-fl word or a "
-            f"Windows device name); name the chip itself, e.g. {suggest(name)!r}"
+            f"Windows device name); name the chip itself, {_instead(name, taken)}"
         )
     return name

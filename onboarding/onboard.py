@@ -163,7 +163,7 @@ def next_steps(name: str, layout: Layout) -> list[str]:
 
 def onboard(request: OnboardRequest) -> OnboardReport:
     """Create or refresh the platform folder of `request.chip`; raises OnboardError before writing on a bad request."""
-    name = check_name(request.chip)
+    name = check_name(request.chip, discover())
     if request.backing is not None and request.backing not in BACKINGS:
         raise OnboardError(f"--backing {request.backing}: expected one of {', '.join(BACKINGS)}")
     layout = make_layout(name, request.root, request.platforms_dir)

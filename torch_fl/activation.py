@@ -34,7 +34,7 @@ from torch_fl import env
 
 if TYPE_CHECKING:
     from torch_fl.platform import Gate, PlatformDescriptor, Selection
-    from torch_fl.platform.errors import PlatformError
+    from torch_fl.platform.errors import DescriptorError
 
 CONTAINMENT_NOTE = (
     "torch_fl: this machine has a CUDA device, so flagos was not registered in this process: registering a "
@@ -183,13 +183,13 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
     return active
 
 
-def _warn_broken_once(broken: Mapping[str, PlatformError], chosen: Optional[str]) -> None:
+def _warn_broken_once(broken: Mapping[str, DescriptorError], chosen: Optional[str]) -> None:
     """Say once per process which platforms were skipped because their descriptor cannot be read
     (a chosen one raises its own error instead)."""
     for name, error in broken.items():
         if name != chosen and name not in _warned_broken:
             _warned_broken.add(name)
-            warnings.warn(f"torch_fl: platform {name} skipped: {error}", stacklevel=3)
+            warnings.warn(f"torch_fl: platform {name} skipped: {error.brief}", stacklevel=3)
 
 
 def activate_only_when_asked() -> None:

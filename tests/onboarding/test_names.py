@@ -87,3 +87,9 @@ def test_platforms_dir_that_is_a_file(repo):
     (repo / "plats/demo_chip").write_text("not a folder")
     with pytest.raises(OnboardError, match="not a folder"):
         make(repo)
+
+
+def test_a_near_miss_of_an_existing_name_does_not_offer_that_name(repo):
+    data = cli("onboard", "--chip", "Host_Ref", "--platforms-dir", "plats", code=1)
+    assert "upper-case" in data["error"] and "host_ref already exists" in data["error"], data["error"]
+    assert "e.g. 'host_ref'" not in data["error"]

@@ -225,3 +225,15 @@ def test_a_sweep_case_reruns_its_op_and_dtype_item(tmp_path, monkeypatch):
         f"torch-fl conformance run demo_chip --suite sweep --record-dir {tmp_path}/.conformance-runs/rerun-demo_chip "
         "-k aten::add.Tensor-int32 --paths native,vendor --json"
     )
+
+
+def test_cli_refuses_an_evidence_file_outside_the_records_folder(repo, tmp_path):
+    make(repo)
+    path = write_record(tmp_path / "r" / "torch-2.13.json", NEW)
+    data = json.loads(path.read_text())
+    data.pop("checksum")
+    data["evidence"]["file"] = "../../../elsewhere.cases.jsonl.gz"
+    data["checksum"] = recordfile.checksum(data)  # a record made to look whole
+    path.write_text(json.dumps(data))
+    error = cli("triage", "demo_chip", "--record", str(path), code=1)["error"]
+    assert "evidence" in error and "elsewhere.cases.jsonl.gz" in error and "\n" not in error, error

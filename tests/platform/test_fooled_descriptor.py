@@ -8,6 +8,7 @@ file:line:field.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -87,11 +88,48 @@ def test_vendor_module_that_is_not_a_regular_file_is_refused(tmp_path):
     assert error.field == "kernels.vendor.module" and "is not a regular file" in error.message
 
 
-def test_vendor_module_symlink_inside_the_folder_is_fine(tmp_path):
+def test_vendor_module_through_a_link_is_refused_even_inside_the_folder(tmp_path):
     folder = _with_vendor(tmp_path, "vendor_kernels.py")
     (folder / "real_kernels.py").write_text("def relu(x):\n    return x\n")
     (folder / "vendor_kernels.py").symlink_to(folder / "real_kernels.py")
-    assert load_descriptor(folder).kernels.vendor.module == "vendor_kernels.py"
+    error = error_of(folder)
+    assert error.field == "kernels.vendor.module" and "through a link" in error.message
+
+
+def test_vendor_module_in_a_linked_subfolder_is_refused(tmp_path):
+    folder = _with_vendor(tmp_path, "sub/vendor_kernels.py")
+    (folder / "real").mkdir()
+    (folder / "real" / "vendor_kernels.py").write_text("def relu(x):\n    return x\n")
+    (folder / "sub").symlink_to(folder / "real")
+    error = error_of(folder)
+    assert error.field == "kernels.vendor.module" and "through a link" in error.message
+
+
+@pytest.mark.parametrize("module", ["records/vendor_kernels.py", "__pycache__/vendor_kernels.py", "a/__pycache__/k.py"])
+def test_vendor_module_in_a_folder_that_is_never_hashed_is_refused(tmp_path, module):
+    folder = _with_vendor(tmp_path, module)
+    error = error_of(folder)
+    assert error.field == "kernels.vendor.module" and "not hashed" in error.message
+
+
+def test_the_vendor_module_runs_from_its_source_never_a_planted_bytecode_file(tmp_path):
+    import importlib.util
+    import py_compile
+
+    pytest.importorskip("torch")
+    from torch_fl.kernels.vendor import load_vendor_module
+
+    folder = _with_vendor(tmp_path, "vendor_kernels.py")
+    source = folder / "vendor_kernels.py"
+    source.write_text("VALUE = 'hashed'\n\ndef relu(x):\n    return x\n")
+    planted = tmp_path / "planted.py"
+    planted.write_text("VALUE = 'planted'\n\ndef relu(x):\n    return x\n")
+    cache = Path(importlib.util.cache_from_source(str(source)))
+    py_compile.compile(str(planted), cfile=str(cache), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    planted_bytes = cache.read_bytes()
+    module = load_vendor_module(load_descriptor(folder))
+    assert module.VALUE == "hashed"
+    assert sorted(folder.rglob("*.pyc")) == [cache] and cache.read_bytes() == planted_bytes  # no bytecode written
 
 
 @pytest.mark.parametrize("module", ["os.path", "evil", "pkg.vendor_kernels"])
@@ -128,3 +166,35 @@ def test_variable_names_and_values_are_checked_at_load(tmp_path, entry, why):
     folder = chip(tmp_path, ("variables: {}", f"variables: {{{entry}}}"))
     error = error_of(folder)
     assert why in error.message and error.field.startswith("environment.variables")
+
+
+@pytest.mark.parametrize(
+    "variable", ["JAVA_TOOL_OPTIONS", "NODE_OPTIONS", "MY_SETTING", "CUDA_HOME", "ASCEND_OPP_PATH", "NCCL_NET_PLUGIN"]
+)
+def test_only_the_vendor_runtime_knobs_the_schema_lists_may_be_set(tmp_path, variable):
+    folder = chip(tmp_path, ("variables: {}", f'variables: {{GEMS_VENDOR: nvidia, {variable}: "1"}}'))
+    error = error_of(folder)
+    assert len(error.issues) == 1 and error.field == f"environment.variables.{variable}"
+    assert f"platform.yaml:{error.line}: environment.variables.{variable}: " in str(error)
+    assert not _schema_allows_variable(variable)
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["CUDA_VISIBLE_DEVICES", "NCCL_DEBUG", "ASCEND_RT_VISIBLE_DEVICES", "PYTORCH_NPU_ALLOC_CONF", "OMP_NUM_THREADS"],
+)
+def test_vendor_runtime_knobs_are_allowed(tmp_path, variable):
+    folder = chip(tmp_path, ("variables: {}", f'variables: {{{variable}: "1=2"}}'))
+    assert load_descriptor(folder).environment.variables == {variable: "1=2"}
+    assert _schema_allows_variable(variable)
+
+
+def _schema_allows_variable(name: str) -> bool:
+    """Whether the committed JSON Schema accepts `name` in environment.variables, as the loader does."""
+    import jsonschema
+
+    from torch_fl.platform.schema import schema_text
+
+    schema = json.loads(schema_text())
+    names = schema["$defs"]["Environment"]["properties"]["variables"]["propertyNames"]
+    return jsonschema.Draft202012Validator(names).is_valid(name)

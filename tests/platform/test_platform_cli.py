@@ -129,3 +129,28 @@ def test_preflight_matrix_fails_on_a_broken_descriptor(tmp_path, monkeypatch):
     monkeypatch.setenv("FLAGOS_PLATFORM_PATH", str(tmp_path))
     data = run_json("preflight", "--matrix", code=1)
     assert "invalid YAML" in data["errors"]["broken_chip"]
+
+
+def test_platforms_list_says_why_a_platform_is_tampered(tmp_path, monkeypatch):
+    folder = tmp_path / "host_ref"
+    shutil.copytree(shipped_root() / "host_ref", folder)
+    record = folder / "records" / "torch-2.13.json"
+    record.write_text(record.read_text().replace('"complete": true', '"complete": false', 1))
+    monkeypatch.setenv("FLAGOS_PLATFORM_PATH", str(tmp_path))
+    result = runner.invoke(app, ["platforms", "list"])
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in run_json("platforms", "list")["platforms"]}
+    assert rows["host_ref"]["status"] == "tampered"
+    line = next((row for row in result.stdout.splitlines() if row.startswith("host_ref is tampered: ")), None)
+    assert line is not None and "torch-2.13.json" in line, result.stdout
+
+
+def test_a_slip_of_a_platform_name_suggests_the_known_one(monkeypatch):
+    result = runner.invoke(app, ["platforms", "show", "Host_Ref", "--json"])
+    assert result.exit_code == 1 and "did you mean 'host_ref'?" in json.loads(result.stdout)["error"]
+    from torch_fl.platform.errors import SelectionError
+    from torch_fl.platform.selection import select_platform
+
+    monkeypatch.setenv("FLAGOS_PLATFORM", "nvidia_h20")
+    with pytest.raises(SelectionError, match="did you mean 'nvidia_h200'"):
+        select_platform()

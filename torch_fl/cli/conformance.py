@@ -2,7 +2,8 @@
 
 The run itself is a pytest subprocess (torch_fl.conformance.runner); this command only parses the
 selection, shows the outcome, and exits 0 when the run completed (failing cases are results, and
-are in the record; the gate enables exactly what passed), 1 when it did not; with
+are in the record; the gate enables exactly what passed, and the record on disk reads back as the
+one the run wrote), 1 when it did not; with
 --fail-on-failure, 2 when it completed but a non-native path failed a case (for CI). `record` is
 the file the run wrote: the record, the partial record beside a complete one (`partial`: a subset
 run), or, for a run that did not complete, its interim record in the run folder. A plain run
@@ -49,6 +50,12 @@ def run_cmd(
     ),
     resume: bool = typer.Option(
         False, "--resume", help="Continue an interrupted run from its journal (skips recorded cases)."
+    ),
+    discard: bool = typer.Option(
+        False,
+        "--discard",
+        help="Drop the journal of an interrupted run and start this one (without it, a run that does not "
+        "--resume refuses to replace that journal).",
     ),
     add: bool = typer.Option(
         False,
@@ -102,6 +109,7 @@ def run_cmd(
         suites=_split(suite),
         paths=_split(paths),
         resume=resume,
+        discard=discard,
         add=add,
         full=full,
         timeout=timeout,
@@ -116,6 +124,8 @@ def run_cmd(
         outcome = run(options)
     except (ValueError, PlatformError, LockHeld) as exc:
         raise fail(str(exc), as_json) from None
+    except OSError as exc:  # a full disk, a folder that cannot be written: the path and why, no traceback
+        raise fail(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc), as_json) from None
     data = _run_data(name, outcome)
     emit(data, as_json, lambda: _print_run(name, outcome))
     if not outcome.complete:
@@ -205,6 +215,7 @@ def _run_data(name: str, outcome: RunOutcome) -> dict[str, Any]:
         "log": str(outcome.log_file) if outcome.log_file.is_file() else None,
         "wall_s": round(outcome.wall_s, 1),
         "incremental": outcome.plan.as_dict() if outcome.plan is not None else None,
+        "error": outcome.error,
     }
     if outcome.record is not None:
         s = outcome.record["summary"]
@@ -226,6 +237,8 @@ def _run_data(name: str, outcome: RunOutcome) -> dict[str, Any]:
 def _print_run(name: str, outcome: RunOutcome) -> None:
     """The run for a person: a table by suite and path, the ops criterion, where the files are."""
     record = outcome.record
+    if outcome.error:
+        err_console.print(f"[bold red]error:[/] {escape(outcome.error)}")
     if record is None:
         err_console.print(f"[bold red]no record was written[/]; see {outcome.log_file}")
         return

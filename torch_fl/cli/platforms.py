@@ -88,7 +88,7 @@ def list_cmd(as_json: bool = JsonOption) -> None:
             "active": selection is not None and selection.name == name,
         }
         if descriptor is None:
-            row.update(status="invalid", reasons=[str(broken[name])], error=str(broken[name]))
+            row.update(status="invalid", reasons=[broken[name].brief], error=str(broken[name]))
         else:
             status = _status(descriptor)
             row.update(
@@ -124,7 +124,8 @@ def list_cmd(as_json: bool = JsonOption) -> None:
             )
         console.print(table)
         for row in rows:
-            if row["status"] in ("stale", "error") and row["reasons"]:  # "unvalidated" says it all: no record
+            # every status but these two has a reason to give ("unvalidated" says it all: no record)
+            if row["status"] not in ("validated", "unvalidated", "invalid") and row["reasons"]:
                 reasons = "; ".join(row["reasons"])
                 console.print(
                     f"{escape(row['name'])} is {row['status']}: {escape(reasons)}", highlight=False, soft_wrap=True
@@ -134,8 +135,8 @@ def list_cmd(as_json: bool = JsonOption) -> None:
         else:
             err_console.print(f"[bold red]no active platform:[/] {escape(str(selection_error))}")
         for row in rows:
-            if row["error"]:
-                err_console.print(f"[bold red]invalid descriptor:[/] {escape(row['error'])}")
+            if row["error"]:  # the first problem: `torch-fl platforms show NAME` lists them all
+                err_console.print(f"[bold red]invalid descriptor:[/] {escape(row['reasons'][0])}")
 
     emit(data, as_json, human)
 

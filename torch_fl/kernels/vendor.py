@@ -7,7 +7,7 @@ backing tensors (or write in place / into `out=`), exactly like the backing's at
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,15 +16,29 @@ from typing import Any
 
 import torch
 
+from torch_fl.fileio import RefusedFile, read_bounded
 from torch_fl.kernels.aliasing import call_on_backing
 from torch_fl.kernels.base import op_name
 from torch_fl.platform import PlatformDescriptor
 from torch_fl.platform.loader import vendor_module_file
+from torch_fl.platform.record import MAX_SOURCE_BYTES
+
+_imported: dict[str, str] = {}
+
+
+def imported_sources() -> dict[str, str]:
+    """Relative path -> `sha256:<hex>` of the vendor modules this process imported: what it ran, for
+    the conformance run to check against the sources its record binds."""
+    return dict(_imported)
 
 
 def load_vendor_module(descriptor: PlatformDescriptor) -> ModuleType:
     """Import the descriptor's vendor module: a regular file inside the platform folder, checked again here
-    because the folder may have changed since the descriptor was loaded."""
+    because the folder may have changed since the descriptor was loaded.
+
+    It runs from the bytes read here, compiled in memory: never from a bytecode file in __pycache__/,
+    which the record does not hash (an unchecked-hash .pyc, or one with the source's size and mtime,
+    would run other code than the source), and nothing is written there."""
     assert descriptor.directory is not None, "a loaded descriptor knows its folder"
     path = vendor_module_file(descriptor, Path(descriptor.directory))
     name = f"torch_fl_vendor_{descriptor.name}"
@@ -32,12 +46,21 @@ def load_vendor_module(descriptor: PlatformDescriptor) -> ModuleType:
         return sys.modules[name]
     if not path.is_file():
         raise ImportError(f"{path}: the vendor kernel module named by kernels.vendor.module does not exist")
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path}: cannot load the vendor kernel module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        source = read_bounded(path, MAX_SOURCE_BYTES)
+    except RefusedFile as exc:
+        raise ImportError(f"cannot load the vendor kernel module: {exc}") from None
+    relative = path.relative_to(Path(descriptor.directory).resolve()).as_posix()
+    _imported[relative] = "sha256:" + hashlib.sha256(source).hexdigest()
+    code = compile(source, str(path), "exec", dont_inherit=True)
+    module = ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module  # before it runs, as an import does: its own classes look it up there
+    try:
+        exec(code, module.__dict__)
+    except BaseException:
+        del sys.modules[name]
+        raise
     return module
 
 

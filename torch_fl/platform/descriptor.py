@@ -35,6 +35,8 @@ KERNEL_SETS: tuple[str, ...] = ("native", "flaggems", "vendor", "emulated", "cpu
 """Every execution path, in the order the design lists them; `cpu` is implicit and never declared."""
 RUNTIME_BACKINGS: frozenset[str] = frozenset({"cpu", "cuda"})
 """Backing devices the C++ runtime can drive; descriptors with other backings load as data only."""
+RECORDS_DIR = "records"
+"""The folder of a platform's conformance records (torch_fl.platform.record)."""
 TORCH_FL_PREFIX = "FLAGOS_"
 """torch-fl's own environment variables (torch_fl.env); a descriptor may not set them."""
 PROGRAM_VARIABLES = frozenset(
@@ -48,6 +50,40 @@ PROGRAM_PREFIXES = ("LD_", "DYLD_", "PYTHON", "GCONV_", "MALLOC_")
 loader, Python's path, the core build's flags): a descriptor setting them would run code that no
 record binds, in every process that loads the platform, and in the core build that all platforms
 share. A descriptor sets its vendor stack's own knobs only."""
+PROGRAM_SUFFIXES = (
+    "_PATH",
+    "_HOME",
+    "_ROOT",
+    "_DIR",
+    "_DIRS",
+    "_FILE",
+    "_PRELOAD",
+    "_LIB",
+    "_LIBS",
+    "_LIBRARY",
+    "_PLUGIN",
+    "_BIN",
+    "_FLAGS",
+)
+"""Name endings of variables that point at a file, folder, library or compiler flags (CUDA_HOME,
+ASCEND_OPP_PATH, NCCL_NET_PLUGIN): refused whatever the prefix, for the reason above."""
+VENDOR_VARIABLE_PREFIXES = (
+    *("CUDA_", "NCCL_", "NVIDIA_", "TORCH_NCCL_", "PYTORCH_"),  # NVIDIA; torch's allocator and NCCL knobs
+    *("ASCEND_", "HCCL_", "ACL_"),  # Huawei CANN
+    *("MUSA_", "MCCL_"),  # Moore Threads MUSA
+    *("TOPS_", "ECCL_", "ENFLAME_"),  # Enflame TopsRider
+    *("XPU_", "XPUAPI_", "BKCL_", "XMLIR_"),  # Kunlunxin XPU
+    *("HIP_", "HSA_", "ROCR_", "RCCL_", "DTK_"),  # Hygon DTK
+    *("MACA_", "METAX_"),  # MetaX MACA
+    *("BPU_", "HB_"),  # D-Robotics
+    "THEAD_",  # T-Head
+    "GEMS_",  # FlagGems
+    *("OMP_", "MKL_", "KMP_", "GLOO_"),  # host threads and collectives
+)
+"""What `environment.variables` may set: the knobs of the vendor runtimes (device visibility,
+allocators, collectives, logging, threads), named by these prefixes, less PROGRAM_SUFFIXES. An
+allow-list, so a variable no one reviewed (JAVA_TOOL_OPTIONS, NODE_OPTIONS, a new loader hook) is
+refused rather than passed on; a vendor whose runtime documents another prefix adds it here."""
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 RULE_KINDS: tuple[str, ...] = ("env", "python_module", "path_exists", "cuda_device_name", "always")
 
@@ -198,13 +234,17 @@ class Environment(_Model):
     sdk: Sdk | None = None
     variables: dict[str, str] = Field(
         default_factory=dict,
-        description="The vendor stack's variables, set in the process before the platform loads (unless already set); "
+        description="The vendor runtime's knobs, set in the process before the platform loads (unless already set): "
+        "names with a vendor runtime's prefix (CUDA_, NCCL_, ASCEND_, HCCL_, MUSA_, XPU_, HIP_, GEMS_, OMP_, ...), "
+        "none naming a file, folder, library or flags (_PATH, _HOME, _DIR, _LIB, _PLUGIN, _FLAGS, ...). "
         "torch-fl's own FLAGOS_* settings are the user's, and toolchain, loader and interpreter variables "
-        "(PATH, CXX, LD_*, PYTHON*, ...) choose what code runs: both are refused here.",
+        "(PATH, CXX, LD_*, PYTHON*, ...) choose what code runs: all are refused.",
         json_schema_extra={
             "propertyNames": {
-                "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
-                "not": {"pattern": "^(" + "|".join([TORCH_FL_PREFIX, *PROGRAM_PREFIXES]) + ")"},
+                "pattern": "^(" + "|".join(VENDOR_VARIABLE_PREFIXES) + ")[A-Za-z0-9_]*$",
+                "not": {
+                    "pattern": "^(" + "|".join(sorted(PROGRAM_VARIABLES)) + ")$|(" + "|".join(PROGRAM_SUFFIXES) + ")$"
+                },
             }
         },
     )
@@ -227,13 +267,24 @@ class Environment(_Model):
         ]
         for key, value in self.variables.items():
             where = ("environment", "variables", key)
+            if key.startswith(TORCH_FL_PREFIX):
+                continue  # said above
             if not _VARIABLE_NAME.fullmatch(key):
                 issues.append(Issue(f"{short(key)} is not a variable name (letters, digits and _)", where))
-            elif key in PROGRAM_VARIABLES or key.startswith(PROGRAM_PREFIXES):
+            elif key in PROGRAM_VARIABLES or key.startswith(PROGRAM_PREFIXES) or key.endswith(PROGRAM_SUFFIXES):
                 issues.append(
                     Issue(
                         f"{key} chooses which program or library runs (toolchain, loader or interpreter); "
                         "a descriptor sets only its vendor stack's own variables",
+                        where,
+                    )
+                )
+            elif not key.startswith(VENDOR_VARIABLE_PREFIXES):
+                issues.append(
+                    Issue(
+                        f"{key} is not a vendor runtime knob: a descriptor sets only variables whose prefix names a "
+                        "vendor runtime (CUDA_, NCCL_, ASCEND_, HCCL_, MUSA_, XPU_, HIP_, GEMS_, OMP_, ...; "
+                        "`torch-fl schema` lists them)",
                         where,
                     )
                 )
@@ -298,8 +349,9 @@ class PackagePin(_Model):
 
 class VendorKernels(_GatedKernels):
     module: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./-]+\.py$")] = Field(
-        description="A file `name.py` inside the descriptor's folder (after resolving links); never an importable module "
-        "name, which would import code from wherever the import path points."
+        description="A file `name.py` inside the descriptor's folder, reached without links and not under records/ "
+        "or __pycache__/ (what runs is what the record hashes); never an importable module name, which would "
+        "import code from wherever the import path points."
     )
     package: PackagePin | None = Field(
         None, description="The distribution that provides the module, when it is installed separately."
@@ -313,8 +365,13 @@ class VendorKernels(_GatedKernels):
     @field_validator("module")
     @classmethod
     def _stays_inside(cls, value: str) -> str:
-        if value.endswith(".py") and (value.startswith("/") or ".." in Path(value).parts):
+        parts = Path(value).parts
+        if value.endswith(".py") and (value.startswith("/") or ".." in parts):
             raise ValueError("a module file must lie inside the platform folder")
+        if parts[:1] == (RECORDS_DIR,) or "__pycache__" in parts:
+            raise ValueError(
+                "records/ and __pycache__/ are not hashed into the record: a vendor module must be a file the record binds"
+            )
         return value
 
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 from torch_fl import env
 from torch_fl.platform.descriptor import PlatformDescriptor
-from torch_fl.platform.errors import DescriptorError, SelectionError
+from torch_fl.platform.errors import DescriptorError, SelectionError, did_you_mean
 from torch_fl.platform.loader import DESCRIPTOR_FILE, load_descriptor
 
 Origin = Literal["shipped", "path"]
@@ -43,10 +43,13 @@ def shipped_root() -> Path:
 
 
 def _platform_dirs(folder: Path) -> list[Path]:
-    """`folder` itself when it is a platform, else the platforms directly inside it, by name."""
-    if (folder / DESCRIPTOR_FILE).is_file():
+    """`folder` itself when it is a platform, else the platforms directly inside it, by name.
+
+    A descriptor that is not a regular file (a FIFO, a link to a device) still makes a platform, so
+    that loading it says what is wrong instead of the platform silently missing."""
+    if os.path.lexists(folder / DESCRIPTOR_FILE):
         return [folder]
-    return sorted(p for p in folder.iterdir() if (p / DESCRIPTOR_FILE).is_file())
+    return sorted(p for p in folder.iterdir() if os.path.lexists(p / DESCRIPTOR_FILE))
 
 
 def discover(path_env: str | None = None) -> dict[str, PlatformSource]:
@@ -66,7 +69,14 @@ def discover(path_env: str | None = None) -> dict[str, PlatformSource]:
         if not folder.is_dir():
             warnings.warn(f"FLAGOS_PLATFORM_PATH entry {entry!r} is not a folder; skipped", stacklevel=2)
             continue
-        for directory in _platform_dirs(folder):
+        try:
+            directories = _platform_dirs(folder)
+        except OSError as exc:
+            warnings.warn(
+                f"FLAGOS_PLATFORM_PATH entry {entry!r} cannot be read ({exc.strerror}); skipped", stacklevel=2
+            )
+            continue
+        for directory in directories:
             name = directory.name
             known = found.get(name)
             if known is not None and name in from_path:
@@ -83,7 +93,8 @@ def load_platform(name: str, sources: dict[str, PlatformSource] | None = None) -
     """Load one platform by name; an unknown name is a SelectionError listing the known ones."""
     sources = discover() if sources is None else sources
     if name not in sources:
-        raise SelectionError(f"unknown platform {name!r}; known platforms: {', '.join(sources) or 'none'}")
+        known = ", ".join(sources) or "none"
+        raise SelectionError(f"unknown platform {name!r}; {did_you_mean(name, sources)}known platforms: {known}")
     return load_descriptor(sources[name].directory)
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,13 @@ _BOUNDED.maxstring, _BOUNDED.maxother, _BOUNDED.maxlist, _BOUNDED.maxdict, _BOUN
 def short(value: object, limit: int = 60) -> str:
     """A repr of `value` of at most `limit` characters, built without rendering all of a huge value."""
     return clip(_BOUNDED.repr(value), limit)
+
+
+def did_you_mean(name: str, known: Collection[str]) -> str:
+    """`did you mean 'host_ref'? ` for a slip of a known name (case, a typo), else ''."""
+    match = next((k for k in known if k.lower() == name.lower()), None)
+    match = match or next(iter(difflib.get_close_matches(name.lower(), list(known), n=1, cutoff=0.9)), None)
+    return f"did you mean {match!r}? " if match else ""
 
 
 def format_loc(loc: Loc) -> str:
@@ -60,7 +68,7 @@ def display_path(path: Path) -> str:
     """The path relative to the working directory when it lies below it, else as given."""
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # elsewhere, or a link loop that cannot be resolved
         return str(path)
 
 
@@ -78,6 +86,14 @@ class DescriptorError(PlatformError):
     def __str__(self) -> str:
         shown = display_path(self.file) if self.file is not None else None
         return "\n".join(issue.render(shown) for issue in self.issues)
+
+    @property
+    def brief(self) -> str:
+        """The first problem on one line, and how many more there are: for listings and warnings
+        about a platform that is skipped (a file that is not a descriptor at all has dozens)."""
+        first = self.issues[0].render(display_path(self.file) if self.file is not None else None)
+        more = len(self.issues) - 1
+        return f"{first} (and {more} more problem{'s' if more > 1 else ''})" if more else first
 
     @property
     def line(self) -> int | None:

@@ -18,6 +18,7 @@ from torch_fl.platform.errors import DescriptorError, Issue, Loc, short
 from torch_fl.platform.yaml_source import YamlDocument, load_yaml
 
 DESCRIPTOR_FILE = "platform.yaml"
+MAX_DESCRIPTOR_BYTES = 256 << 10  # a hundred times the largest shipped descriptor
 
 _NOUNS = {
     "string_type": "a string",
@@ -89,24 +90,38 @@ VENDOR_MODULE_LOC: Loc = ("kernels", "vendor", "module")
 def vendor_module_file(descriptor: PlatformDescriptor, folder: Path) -> Path:
     """The real path of the descriptor's vendor module in `folder`, or a DescriptorError.
 
-    The module is imported at the first vendor call: after resolving links it must be a regular
-    file inside the platform folder, never code from elsewhere (the working directory, a link's
-    target). A file that does not exist yet is returned as is (onboard validates before writing).
+    The module is imported at the first vendor call, and what runs must be what the record hashed
+    (torch_fl.platform.record.platform_sources): a regular file inside the platform folder, reached
+    without links (the descriptor keeps it out of records/ and __pycache__/, never hashed). A file
+    that does not exist yet is returned as is (onboard validates before writing).
     """
     assert descriptor.kernels.vendor is not None
-    path = folder / descriptor.kernels.vendor.module
+    module = descriptor.kernels.vendor.module
+    path = folder / module
     if not path.exists() and not path.is_symlink():
         return path
-    real = path.resolve()
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):  # RuntimeError: a loop of links
+        real = None
+    parts = Path(module).parts
+    link = next((p for p in (folder.joinpath(*parts[: i + 1]) for i in range(len(parts))) if p.is_symlink()), None)
     problem = None
-    if not real.is_relative_to(folder.resolve()):
-        problem = f"{descriptor.kernels.vendor.module} resolves to {real}, outside the platform folder"
+    if real is None:
+        problem = f"{module} is a link that leads nowhere (dangling, or a loop)"
+    elif not real.is_relative_to(folder.resolve()):
+        problem = f"{module} resolves to {real}, outside the platform folder"
     elif not real.is_file():
-        problem = f"{descriptor.kernels.vendor.module} is not a regular file"
+        problem = f"{module} is not a regular file"
+    elif link is not None:
+        problem = f"{module} is reached through a link ({link.relative_to(folder)}); the record hashes files, not links"
     if problem is not None:
         issue = Issue(f"{problem}; a vendor module must be a file inside the platform folder", VENDOR_MODULE_LOC)
         source = descriptor.source_path
-        raise DescriptorError(locate([issue], load_yaml(source)) if source else [issue], file=source)
+        raise DescriptorError(
+            locate([issue], load_yaml(source, MAX_DESCRIPTOR_BYTES)) if source else [issue], file=source
+        )
+    assert real is not None
     return real
 
 
@@ -120,7 +135,7 @@ def load_descriptor(path: Path | str) -> PlatformDescriptor:
     path = Path(path)
     if path.is_dir():
         path = path / DESCRIPTOR_FILE
-    doc = load_yaml(path)
+    doc = load_yaml(path, MAX_DESCRIPTOR_BYTES)
     if not isinstance(doc.data, dict):
         raise DescriptorError([Issue("expected a mapping of descriptor fields", line=1)], file=path)
     try:
@@ -170,5 +185,5 @@ def validate_op_names(descriptor: PlatformDescriptor) -> None:
         return
     source = descriptor.source_path
     if source is not None and source.exists():
-        issues = locate(issues, load_yaml(source))
+        issues = locate(issues, load_yaml(source, MAX_DESCRIPTOR_BYTES))
     raise DescriptorError(issues, file=source)

@@ -16,11 +16,11 @@ verdicts and failures, so a summary that disagrees with them is caught the same 
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import importlib.metadata
 import json
 import re
+import zlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,12 +29,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from torch_fl.platform.descriptor import PlatformDescriptor
-from torch_fl.platform.errors import RecordError
+from torch_fl.fileio import RefusedFile, load_json, read_bounded
+from torch_fl.platform.descriptor import RECORDS_DIR, PlatformDescriptor
+from torch_fl.platform.errors import RecordError, clip
 from torch_fl.platform.versions import minor_line, release
 
 RECORD_FORMAT: Literal[2] = 2
-RECORDS_DIR = "records"
+MAX_RECORD_BYTES = 32 << 20  # twenty times the largest record made (a full sweep on nvidia_h200)
+MAX_SOURCE_BYTES = 16 << 20  # a vendor kernel module
+MAX_EVIDENCE_BYTES = 256 << 20  # a run's cases, unpacked
 CaseStatus = Literal["passed", "failed", "error", "crashed", "timeout", "skipped", "unjudged"]
 FAILING: frozenset[str] = frozenset({"failed", "error", "crashed", "timeout"})
 """Statuses that veto what the case covers. `skipped` (not tried) and `unjudged` (tried, but not
@@ -303,7 +306,10 @@ def platform_sources(directory: Path) -> dict[str, str]:
         relative = path.relative_to(folder)
         if "__pycache__" in relative.parts or relative.parts[0] == RECORDS_DIR:
             continue
-        sources[relative.as_posix()] = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+        try:
+            sources[relative.as_posix()] = "sha256:" + hashlib.sha256(read_bounded(path, MAX_SOURCE_BYTES)).hexdigest()
+        except RefusedFile as exc:
+            sources[relative.as_posix()] = f"refused: {exc.reason}"  # binds nothing a record could match
     return sources
 
 
@@ -317,15 +323,20 @@ def evidence_path(record_file: Path) -> Path:
     return Path(record_file).with_name(Path(record_file).stem + ".cases.jsonl.gz")
 
 
-def _read_record(path: Path) -> tuple[Record, dict[str, Any]]:
+def load_raw(path: Path) -> dict[str, Any]:
+    """The JSON object of a record file, read within bounds, its format not checked; anything else
+    is a RecordError naming the file."""
     try:
-        raw = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecordError(f"{path}: not a JSON record ({type(exc).__name__}: {str(exc)[:200]})") from None
-    except OSError as exc:
-        raise RecordError(f"{path}: cannot read: {exc}") from None
+        raw = load_json(path, MAX_RECORD_BYTES)
+    except RefusedFile as exc:
+        raise RecordError(str(exc)) from None
     if not isinstance(raw, dict):
         raise RecordError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def _read_record(path: Path) -> tuple[Record, dict[str, Any]]:
+    raw = load_raw(path)
     if raw.get("format") != RECORD_FORMAT:
         raise RecordError(
             f"{path}: record format {str(raw.get('format'))[:20]}, this torch-fl reads format {RECORD_FORMAT}; "
@@ -355,16 +366,22 @@ def load_evidence(record_file: Path) -> list[Case]:
     record, _ = _read_record(Path(record_file))
     if record.evidence is None:
         return list(record.failures)
-    path = Path(record_file).with_name(record.evidence.file)
+    name = record.evidence.file
+    if not name or Path(name).name != name or name in (".", ".."):
+        raise RecordError(f"{record_file}: evidence.file {clip(name, 200)!r} is not a file name beside the record")
+    path = Path(record_file).with_name(name)
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise RecordError(f"{path}: cannot read the evidence of {record_file}: {exc}") from None
+        data = read_bounded(path, MAX_EVIDENCE_BYTES)
+    except RefusedFile as exc:
+        raise RecordError(f"{exc}: the evidence of {record_file}") from None
     if "sha256:" + hashlib.sha256(data).hexdigest() != record.evidence.sha256:
         raise RecordError(f"{path}: does not match the hash {record_file} binds (edited or from another run)")
     try:
-        return [Case.model_validate_json(line) for line in gzip.decompress(data).splitlines() if line.strip()]
-    except (OSError, ValidationError, ValueError) as exc:
+        unpacked = zlib.decompressobj(wbits=31).decompress(data, MAX_EVIDENCE_BYTES + 1)  # gzip, bounded
+        if len(unpacked) > MAX_EVIDENCE_BYTES:
+            raise ValueError(f"more than {MAX_EVIDENCE_BYTES >> 20} MiB unpacked")
+        return [Case.model_validate_json(line) for line in unpacked.splitlines() if line.strip()]
+    except (OSError, ValidationError, ValueError, zlib.error) as exc:
         raise RecordError(f"{path}: unreadable evidence: {str(exc)[:200]}") from None
 
 

@@ -9,7 +9,7 @@ from torch_fl import env
 from torch_fl.platform.descriptor import PlatformDescriptor
 from torch_fl.platform.detection import Detection, detect
 from torch_fl.platform.discovery import load_all
-from torch_fl.platform.errors import DescriptorError, SelectionError, clip
+from torch_fl.platform.errors import DescriptorError, SelectionError, clip, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,8 @@ def select_platform(
             raise broken[forced]
         if forced not in descriptors:
             known = ", ".join(sorted(descriptors)) or "none"
-            raise SelectionError(f"FLAGOS_PLATFORM={clip(forced)}: unknown platform; known platforms: {known}")
+            hint = did_you_mean(forced, descriptors)
+            raise SelectionError(f"FLAGOS_PLATFORM={clip(forced)}: unknown platform; {hint}known platforms: {known}")
         return Selection(forced, f"forced by FLAGOS_PLATFORM={forced}", True)
     detections = detect(descriptors) if detections is None else detections
     matched = [d for d in detections if d.matched]

@@ -18,7 +18,6 @@ on a named extent would put a group's failures outside what the kernel serves, t
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import shlex
 from collections import Counter
@@ -26,10 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torch_fl.fileio import RefusedFile, load_json
 from torch_fl.platform.errors import RecordError
 from torch_fl.platform.proposal import proposals
 from torch_fl.platform.record import (
     FAILING,
+    MAX_RECORD_BYTES,
     Case,
     Record,
     installed_version,
@@ -204,9 +205,9 @@ def default_record(directory: Path) -> Path:
 def read_baseline(path: Path) -> Baseline:
     """An older record, or an older `torch-fl triage --json` report (what an agent saves before a fix)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise RecordError(f"{path}: cannot read the baseline: {exc}") from None
+        data = load_json(Path(path), MAX_RECORD_BYTES)
+    except RefusedFile as exc:
+        raise RecordError(f"cannot read the baseline: {exc}") from None
     if isinstance(data, dict) and data.get("kind") == "triage":
         groups = data.get("groups", [])
         statuses = {cid: "passed" for cid in data.get("passed_ids", [])}

@@ -1,10 +1,10 @@
 """YAML loading that remembers where each value came from, so errors can name the line.
 
 Descriptors are read on every activation (that is, during `import torch`), so the data comes
-from libyaml through PyYAML, restricted to YAML 1.2's booleans like ruamel. ruamel.yaml's
-round-trip loader, which keeps line numbers on every mapping key and sequence item but is
-several times slower, runs only when something must be located: `line_of` maps a field path back
-to the line that holds it, and a syntax error is reported by ruamel's parser.
+from libyaml through PyYAML, restricted to YAML 1.2's booleans like ruamel. When something must be
+located, `line_of` maps a field path back to the line that holds it through libyaml's node tree
+(composed on demand). ruamel.yaml's round-trip loader, many times slower (half a minute for a
+megabyte), runs only on a syntax error, which ruamel's parser reports with its line.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml as pyyaml
 
+from torch_fl.fileio import RefusedFile, check_depth, read_bounded, too_deep
 from torch_fl.platform.errors import DescriptorError, Issue, Loc, clip
 
 # ruamel.yaml is imported where it is used: a descriptor that loads cleanly never needs it, and
@@ -114,7 +115,7 @@ def fast_load(text: str) -> Any:
 
 @dataclass
 class YamlDocument:
-    """A parsed YAML file: its plain data, and (parsed on demand) the tree that knows the lines."""
+    """A parsed YAML file: its plain data, and (composed on demand) the tree that knows the lines."""
 
     path: Path
     data: Any
@@ -122,8 +123,9 @@ class YamlDocument:
     _tree: Any = field(default=None, repr=False)
 
     def tree(self) -> Any:
+        """libyaml's node tree (fast for any size of file), or ruamel's where only ruamel parsed the file."""
         if self._tree is None:
-            self._tree = _round_trip(self.path, self.text)
+            self._tree = pyyaml.compose(self.text, Loader=_FastLoader)
         return self._tree
 
     def line_of(self, loc: Loc) -> int:
@@ -132,20 +134,40 @@ class YamlDocument:
         For a key that exists this is the key's line; for a missing key it is the line of the
         nearest enclosing key that exists (the parent mapping).
         """
-        from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
         node = self.tree()
-        line = node.lc.line + 1 if isinstance(node, (CommentedMap, CommentedSeq)) else 1
+        line = 1
+        if isinstance(node, (pyyaml.MappingNode, pyyaml.SequenceNode)):
+            line = node.start_mark.line + 1
+        elif node is not None and not isinstance(node, pyyaml.Node):
+            line = node.lc.line + 1 if hasattr(node, "lc") else 1
         for part in loc:
-            if isinstance(node, CommentedMap) and part in node:
-                line = node.lc.key(part)[0] + 1
-                node = node[part]
-            elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
-                line = node.lc.item(part)[0] + 1
-                node = node[part]
-            else:
+            found = _child(node, part)
+            if found is None:
                 break
+            line, node = found
         return line
+
+
+def _child(node: Any, part: str | int) -> tuple[int, Any] | None:
+    """(the line of `part` in `node`, its value) in a libyaml or a ruamel tree; None when absent."""
+    if isinstance(node, pyyaml.MappingNode):
+        for key, value in node.value:
+            if isinstance(key, pyyaml.ScalarNode) and key.value == str(part):
+                return key.start_mark.line + 1, value
+        return None
+    if isinstance(node, pyyaml.SequenceNode):
+        if isinstance(part, int) and 0 <= part < len(node.value):
+            return node.value[part].start_mark.line + 1, node.value[part]
+        return None
+    if node is None or isinstance(node, pyyaml.Node):
+        return None
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(node, CommentedMap) and part in node:
+        return node.lc.key(part)[0] + 1, node[part]
+    if isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
+        return node.lc.item(part)[0] + 1, node[part]
+    return None
 
 
 def _round_trip(path: Path, text: str) -> Any:
@@ -164,24 +186,51 @@ def _round_trip(path: Path, text: str) -> Any:
         raise DescriptorError(f"invalid YAML: {exc}", file=path) from None
 
 
+ROUND_TRIP_MAX = 32 << 10
+"""The largest text whose syntax error ruamel reports (it parses about 40 KB a second); a larger
+one gets libyaml's report."""
+
+
+def _libyaml_error(exc: pyyaml.YAMLError, path: Path) -> DescriptorError:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = " ".join(str(p) for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
+    line = mark.line + 1 if mark is not None else None
+    return DescriptorError([Issue(f"invalid YAML: {clip(problem or str(exc), 200)}", line=line)], file=path)
+
+
 def parse_yaml(text: str, path: Path) -> YamlDocument:
-    """Parse the text of `path`; bad input becomes a DescriptorError naming the file and line."""
+    """Parse the text of `path`; bad input becomes a DescriptorError naming the file and line.
+
+    Data nested more than MAX_DEPTH levels is refused before anything uses it; deeper data stops
+    the parsers themselves (libyaml at a thousand flow levels, then Python's stack), which is the
+    same refusal."""
     try:
-        data = fast_load(text)
-    except YamlInputError as exc:
-        raise DescriptorError([Issue(str(exc), line=exc.line)], file=path) from None
-    except pyyaml.YAMLError:
-        tree = _round_trip(path, text)  # raises with ruamel's line and wording
-        return YamlDocument(path=path, data=_plain(tree), text=text, _tree=tree)
-    return YamlDocument(path=path, data=data, text=text)
+        try:
+            doc = YamlDocument(path=path, data=fast_load(text), text=text)
+        except YamlInputError as exc:
+            raise DescriptorError([Issue(str(exc), line=exc.line)], file=path) from None
+        except pyyaml.YAMLError as exc:
+            if "maximum nesting depth" in str(exc):
+                raise too_deep(path) from None  # libyaml stops at a thousand levels
+            if len(text) > ROUND_TRIP_MAX:
+                raise _libyaml_error(exc, path) from None
+            tree = _round_trip(path, text)  # raises with ruamel's line and wording
+            doc = YamlDocument(path=path, data=_plain(tree), text=text, _tree=tree)
+        check_depth(doc.data, path)
+    except RecursionError:
+        raise DescriptorError(too_deep(path).reason, file=path) from None
+    except RefusedFile as exc:
+        raise DescriptorError(exc.reason, file=path) from None
+    return doc
 
 
-def load_yaml(path: Path) -> YamlDocument:
-    """Read and parse `path`; unreadable or bad input becomes a DescriptorError naming the file and line."""
+def load_yaml(path: Path, limit: int) -> YamlDocument:
+    """Read (at most `limit` bytes, a regular file) and parse `path`; unreadable or bad input becomes
+    a DescriptorError naming the file and line."""
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DescriptorError(f"cannot read the file: {exc.strerror or exc}", file=path) from None
+        raw = read_bounded(path, limit)
+    except RefusedFile as exc:
+        raise DescriptorError(exc.reason, file=path) from None
     try:
         text = decode(raw)
     except YamlInputError as exc:

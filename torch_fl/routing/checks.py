@@ -17,10 +17,13 @@ import torch
 from torch_fl.platform import PlatformDescriptor
 from torch_fl.platform.errors import DescriptorError, Issue, PlatformError, clip, short
 from torch_fl.platform.loader import locate, op_exists
-from torch_fl.platform.yaml_source import load_yaml
 from torch_fl.routing import overrides
 from torch_fl.routing import table as route_table
 from torch_fl.routing.table import RouteTable, RouteTableError, unknown_path
+
+SHOWN = 5
+"""Route-table problems named one by one at activation; the rest are counted in one more line, so a
+table of ten thousand bad entries does not print ten thousand warnings."""
 
 
 class RoutingError(PlatformError):
@@ -112,12 +115,18 @@ def check_routing(descriptor: PlatformDescriptor) -> RoutingCheck:
             )
             return check
     try:
-        table = route_table.load(path)
-    except RouteTableError as exc:
-        check.problems += str(exc).splitlines()
-        return check
-    check.table = table
-    issues = _entry_issues(descriptor, table)
-    if issues:
-        check.problems += str(DescriptorError(locate(issues, load_yaml(path)), file=path)).splitlines()
+        table, doc = route_table.load_document(path)
+        check.table = table
+        issues = _entry_issues(descriptor, table)  # in the file's order
+        if issues and doc is not None:
+            shown = locate(issues[:SHOWN], doc)
+            check.problems += str(DescriptorError(shown, file=path)).splitlines() + _more(path, len(issues))
+    except (RouteTableError, DescriptorError) as exc:
+        lines = str(exc).splitlines()
+        check.problems += lines[:SHOWN] + _more(path, len(lines))
     return check
+
+
+def _more(path: Path, count: int) -> list[str]:
+    """The line that counts the problems past the first SHOWN, if there are any."""
+    return [f"{path}: {count - SHOWN} more problems in this route table"] if count > SHOWN else []

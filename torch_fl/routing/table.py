@@ -27,13 +27,14 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from torch_fl.fileio import write_atomically
+from torch_fl.fileio import RefusedFile, read_bounded, write_atomically
 from torch_fl.platform.descriptor import KERNEL_SETS
 from torch_fl.platform.errors import DescriptorError, Issue, short
 from torch_fl.platform.loader import locate, validation_issues
-from torch_fl.platform.yaml_source import YamlInputError, decode, parse_yaml
+from torch_fl.platform.yaml_source import YamlDocument, YamlInputError, decode, parse_yaml
 
 FORMAT = 1
+MAX_TABLE_BYTES = 512 << 10  # a tuned entry takes a few hundred bytes: a thousand ops fit
 
 
 class RouteTableError(ValueError):
@@ -126,6 +127,11 @@ def _path_issues(table: RouteTable) -> list[Issue]:
 
 def parse(text: str, where: str) -> RouteTable:
     """The table in `text`, read from `where`; a RouteTableError names `where:line: field: problem` per problem."""
+    return parse_document(text, where)[0]
+
+
+def parse_document(text: str, where: str) -> tuple[RouteTable, YamlDocument]:
+    """`parse`, and the parsed document, which locates the lines of problems found later."""
     path = Path(where)
     try:
         doc = parse_yaml(text, path)  # libyaml: tables are read during `import torch`
@@ -141,18 +147,29 @@ def parse(text: str, where: str) -> RouteTable:
             raise DescriptorError(locate(issues, doc), file=path)
     except DescriptorError as exc:
         raise RouteTableError(str(exc)) from None
-    return table
+    return table, doc
 
 
 def load(path: Path) -> RouteTable:
     """The table at `path`; a missing file is an empty table (every op uses the defaults)."""
+    return load_document(path)[0]
+
+
+def load_document(path: Path) -> tuple[RouteTable, YamlDocument | None]:
+    """`load`, and the parsed document (None for a missing file)."""
     if not path.exists():
-        return RouteTable()
+        return RouteTable(), None
+    return parse_document(read_text(path), str(path))
+
+
+def read_text(path: Path) -> str:
+    """The text of the route table at `path`, read within bounds; a RouteTableError names what is wrong."""
     try:
-        text = decode(path.read_bytes())
+        return decode(read_bounded(path, MAX_TABLE_BYTES))
+    except RefusedFile as exc:
+        raise RouteTableError(str(DescriptorError(exc.reason, file=path))) from None
     except YamlInputError as exc:
         raise RouteTableError(str(DescriptorError([Issue(str(exc), line=exc.line)], file=path))) from None
-    return parse(text, str(path))
 
 
 def _plain(data: Any) -> Any:
@@ -194,7 +211,7 @@ def save(table: RouteTable, path: Path, header: str = "") -> None:
     `header` (comment lines) is used only when the file is new.
     """
     yaml = _yaml()
-    document = yaml.load(path.read_text()) if path.exists() else None
+    document = yaml.load(read_text(path)) if path.exists() else None
     if document is None:
         write_atomically(path, dumps(table, header))
         return
