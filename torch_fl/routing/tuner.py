@@ -38,7 +38,8 @@ from torch_fl.routing.runtime import C_PATHS, Router, forced
 from torch_fl.routing.table import Bucket, OpRoute, Provenance
 
 # FlagGems GEMMs autotune on the first call of every shape (about 30 s each on the H200): tuning
-# them costs minutes of device time per workload, so they are measured only when asked.
+# them costs minutes of device time per workload, so `tune` can skip them (and takes a time
+# budget), but measures them by default: a GEMM is where a slow vendor kernel costs most.
 GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mm.out", "aten::addmm.out"})
 
 
@@ -114,6 +115,7 @@ class Measurement:
     us: dict[str, float] = field(default_factory=dict)
     first_call_s: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    spread_us: dict[str, float] = field(default_factory=dict)  # median absolute deviation of the rounds
 
     def best(self) -> str:
         return min(self.us, key=lambda path: self.us[path]) if self.us else "native"
@@ -131,10 +133,18 @@ class TuneReport:
     # other steps the tuned table was checked on: name -> [native-only ms, tuned ms]
     checked_ms: dict[str, list[float]] = field(default_factory=dict)
     kept: bool = False
+    # measured ops where no candidate beat native but another path was first: native first now
+    demoted: list[str] = field(default_factory=list)
+    # (op <= bound) samples the time budget left unmeasured: their routes are as they were
+    unmeasured: list[str] = field(default_factory=list)
     note: str = ""
 
+    @property
+    def changes_table(self) -> bool:
+        return self.kept or bool(self.demoted)
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "changes_table": self.changes_table}
 
 
 def disagreement(actual: Any, expected: Any, inputs: list[torch.Tensor]) -> Optional[str]:
@@ -161,11 +171,12 @@ def disagreement(actual: Any, expected: Any, inputs: list[torch.Tensor]) -> Opti
     return None
 
 
-def measure(sample: Sample, paths: list[str]) -> Measurement:
+def measure(sample: Sample, paths: list[str], rounds: int = 7, inner: int = 10) -> Measurement:
     m = Measurement(sample.op, sample.bound, str(sample.dtype).replace("torch.", ""), sample.calls)
     # seeded random ops draw differently on every path; their values cannot be compared
     checked = torch.Tag.nondeterministic_seeded not in getattr(sample.overload, "tags", ())
     expected: Any = None
+    timed = []
     for path in sorted(paths, key=lambda p: p != "native"):  # native first: the others are checked against it
         try:
             with forced(sample.op, path):
@@ -182,10 +193,30 @@ def measure(sample: Sample, paths: list[str]) -> Measurement:
                     if problem is not None:
                         m.errors[path] = f"wrong values at this shape: {problem}"
                         continue
-                m.us[path] = round(time_call(lambda: sample.overload(*sample.args, **sample.kwargs)), 2)
+            timed.append(path)
         except Exception as exc:  # a candidate that fails here is simply not chosen
             m.errors[path] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    _time_rounds(sample, timed, rounds, inner, m)
     return m
+
+
+def _time_rounds(sample: Sample, paths: list[str], rounds: int, inner: int, m: Measurement) -> None:
+    """Time `paths` in alternating rounds, so that the machine's drifts (another process taking the
+    cores for milliseconds) touch every path alike; each path's time is the median of its rounds,
+    which a single outlier cannot move, and its spread the median absolute deviation."""
+    per_path: dict[str, list[float]] = {path: [] for path in paths}
+    for _ in range(rounds):
+        for path in list(per_path):
+            try:
+                with forced(sample.op, path):
+                    per_path[path].append(time_call(lambda: sample.overload(*sample.args, **sample.kwargs), 1, inner))
+            except Exception as exc:
+                m.errors[path] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                del per_path[path]
+    for path, times in per_path.items():
+        middle = statistics.median(times)
+        m.us[path] = round(middle, 2)
+        m.spread_us[path] = round(statistics.median(abs(t - middle) for t in times), 2)
 
 
 def python_route_overhead() -> float:
@@ -195,6 +226,14 @@ def python_route_overhead() -> float:
     with forced("aten::neg", "native", python=True):
         routed = time_call(lambda: torch.ops.aten.neg.default(x), inner=200)
     return max(0.0, routed - native)
+
+
+def _beats_native(m: Measurement, path: str, min_gain: float) -> bool:
+    """`path` is faster than native by `min_gain` of native's time and by more than the two
+    spreads together: a difference the rounds themselves scatter over is not a measured win."""
+    native, other = m.us["native"], m.us[path]
+    noise = m.spread_us.get("native", 0.0) + m.spread_us.get(path, 0.0)
+    return native - other > max(min_gain * native, noise)
 
 
 def decide(measurements: list[Measurement], min_gain: float) -> dict[str, list[Bucket]]:
@@ -212,7 +251,7 @@ def decide(measurements: list[Measurement], min_gain: float) -> dict[str, list[B
             best = m.best()
             if native is None:
                 continue
-            if best != "native" and m.us[best] < native * (1 - min_gain):
+            if best != "native" and _beats_native(m, best, min_gain):
                 gain += m.calls * (native - m.us[best])
                 choice = best
                 if not any(b.dtype == dtype for b in buckets) and m.bound > 1:
@@ -232,19 +271,23 @@ def tune(
     workload: str,
     steps: int = 5,
     paths: Optional[list[str]] = None,
-    include_gemm: bool = False,
+    include_gemm: bool = True,
     min_gain: float = 0.05,
     progress: Callable[[str], None] = lambda message: None,
     isolate: bool = True,
     check_rounds: int = 7,
     also_check: Mapping[str, Callable[[], Callable[[], Any]]] | None = None,
+    budget_s: Optional[float] = None,
 ) -> TuneReport:
     """Record, measure, decide and check; installs the tuned buckets in `router` when they win.
 
+    Every measured op where no candidate beat native is put native first, whatever the check of
+    the wins says: the report's "the table keeps native" is then what the table serves.
     `isolate` measures in worker processes (torch_fl.routing.tuner_worker), so that a candidate
     that crashes or poisons the device costs only its own sample. `also_check`: other steps, by
     name, that the tuned table must not slow down either, each given as the function that makes it
-    (called only once the table has passed its own workload, one step alive at a time)."""
+    (called only once the table has passed its own workload, one step alive at a time).
+    `budget_s`: seconds of measuring after which the remaining samples are left as they are."""
 
     def tunable(op: str) -> bool:
         if op in GEMM_OPS and not include_gemm:
@@ -253,9 +296,14 @@ def tune(
 
     samples = _record(step, tunable)
     progress(f"recorded {len(samples)} (op, shape bucket) samples")
-    measurements = _measure_all(router, _pending(router, samples, paths), isolate, progress)
+    pending = _pending(router, samples, paths)
+    deadline = None if budget_s is None else time.time() + budget_s
+    measurements = _measure_all(router, pending, isolate, progress, deadline)
+    unmeasured = [f"{s.op} <= {s.bound}" for s, _ in pending[len(measurements) :]]  # measured in order
     overhead = python_route_overhead()
     chosen = decide(measurements, min_gain)
+    demotions = _demotions(router, measurements, chosen, workload)
+    _use(router, demotions)
     saved = {op: router.table.ops.get(op) for op in chosen}
     tuned = _tuned_routes(router, chosen, workload)
     native_ms, tuned_ms = _step_times(router, step, steps, saved, tuned, check_rounds)
@@ -269,6 +317,10 @@ def tune(
     if kept and also_check:
         checked, refusal = _check_elsewhere(router, also_check, steps, saved, tuned, check_rounds, progress)
         kept, note = not refusal, refusal or note
+    if demotions:
+        note += f"; native first now for {', '.join(sorted(demotions))} (measured no faster than native)"
+    if unmeasured:
+        note += f"; the time budget left {len(unmeasured)} samples unmeasured (their routes are unchanged)"
     _use(router, tuned if kept else saved)
     return TuneReport(
         platform=router.descriptor.name,
@@ -280,8 +332,30 @@ def tune(
         step_ms_tuned=round(tuned_ms, 3),
         checked_ms=checked,
         kept=kept,
+        demoted=sorted(demotions),
+        unmeasured=unmeasured,
         note=note,
     )
+
+
+def _demotions(
+    router: Router, measurements: list[Measurement], chosen: Mapping[str, list[Bucket]], workload: str
+) -> dict[str, OpRoute]:
+    """Table entries putting native first for each measured op that no candidate beat but whose
+    order serves another path first (a vendor kernel `kernel add` put first, say). Its old buckets
+    go too: this measurement replaces them."""
+    demoted = {}
+    for op in sorted({m.op for m in measurements} - set(chosen)):
+        current = router.table.ops.get(op)
+        candidates = list(current.candidates) if current else router.plan(op).candidates
+        if candidates[0] == "native":
+            continue
+        note = f"measured no faster than native on {workload}"
+        demoted[op] = OpRoute(
+            candidates=["native"] + [c for c in candidates if c != "native"],
+            provenance=Provenance(source="tune", workload=workload, note=note, record=router.gate.state),
+        )
+    return demoted
 
 
 def _check_elsewhere(
@@ -351,14 +425,21 @@ def _pending(router: Router, samples: list[Sample], paths: Optional[list[str]]) 
 
 
 def _measure_all(
-    router: Router, pending: list[tuple[Sample, list[str]]], isolate: bool, progress: Callable[[str], None]
+    router: Router,
+    pending: list[tuple[Sample, list[str]]],
+    isolate: bool,
+    progress: Callable[[str], None],
+    deadline: Optional[float] = None,
 ) -> list[Measurement]:
+    """The measurements of `pending`, in order, as many as fit before `deadline` (time.time())."""
     if isolate and pending:
         from torch_fl.routing.tuner_worker import measure_isolated
 
-        return measure_isolated(pending, router.descriptor.name, progress)
+        return measure_isolated(pending, router.descriptor.name, progress, deadline)
     measurements = []
     for i, (sample, allowed) in enumerate(pending):
+        if deadline is not None and time.time() > deadline:
+            break
         measurements.append(measure(sample, allowed))
         progress(f"measured {i + 1}/{len(pending)} {sample.op} <= {sample.bound}")
     return measurements
