@@ -127,6 +127,18 @@ def test_a_composite_the_backing_implements_reaches_the_device():
     assert reaches_device("aten::add.Tensor", "cpu")
 
 
+def test_the_stub_states_the_vendor_contract(chip):
+    """What a kernel receives is stated where it is written, and on the one docs page."""
+    from pathlib import Path
+
+    cli("kernel", "add", "demo_chip", "--op", "aten::add.Tensor")
+    stub = (chip / "vendor_kernels.py").read_text().split("def add_tensor", 1)[1]
+    for words in ("conjugate/negative views arrive", "may arrive as a Python number", "torch.result_type"):
+        assert words in stub
+    docs = (Path(__file__).parents[2] / "docs" / "onboarding.md").read_text()
+    assert "### The vendor contract" in docs and "wrapped number" in docs
+
+
 def test_unknown_platform(repo):
     assert "unknown platform" in cli("kernel", "add", "nope", "--op", "aten::silu", code=1)["error"]
 
