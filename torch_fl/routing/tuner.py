@@ -7,10 +7,13 @@
    warm-up first (FlagGems autotunes and compiles on its first call per shape). The first call of
    each candidate, on fresh copies of the inputs, must agree with native's at the workload's own
    shapes (conformance samples are small; a kernel can pass them and still fail at the sizes a
-   model uses, as FlagGems kernels did on the H200): one that does not is never chosen.
+   model uses, as FlagGems kernels did on the H200): one that does not is never chosen. The
+   candidates are then timed in alternating rounds (median and spread of each).
 3. Decide per op and bucket, counting the workload's calls: a candidate is timed through its
    Python route kernel, so its time includes that kernel's cost; the calls a bucket leaves native
-   never enter Python (the core's route filter serves them), so they cost nothing.
+   never enter Python (the core's route filter serves them), so they cost nothing. A win must
+   exceed the minimum gain and the rounds' spread. An op nothing beat whose order serves another
+   path first is put native first.
 4. Check: time the workload native-only and tuned in alternating rounds (median of each); a tuned
    table that is not faster is not written. The same holds for every other step given to check
    (the model zoo's training steps, say): a table tuned on one model must not slow down another.
