@@ -303,3 +303,30 @@ def test_the_time_budget_leaves_the_rest_as_it_was(fresh_routes, vendor_neg_lose
     assert report.unmeasured == ["aten::neg <= 64"] and report.demoted == [] and not report.changes_table
     assert fresh_routes.table.ops["aten::neg"].candidates == ["vendor", "native"]
     assert "left 1 samples unmeasured" in report.note
+
+
+def test_wins_the_whole_step_refuses_end_native_first_too(fresh_routes, vendor_neg_loses, monkeypatch):
+    """vendor first in the table and faster per call, but the tuned step is no faster than native
+    only: 'not faster than native-only' must leave native first, not the vendor order as before."""
+    from torch_fl.routing import tuner
+
+    monkeypatch.setattr(
+        tuner,
+        "measure",
+        lambda sample, paths: Measurement(
+            sample.op, sample.bound, "float32", sample.calls, us={"native": 100.0, "vendor": 10.0}
+        ),
+    )
+    monkeypatch.setattr(
+        tuner, "time_call", lambda fn, repeats=5, inner=10: 1000.0 if not _tuned(fresh_routes) else 1100.0
+    )
+    x = torch.randn(64).to("flagos")
+    report = tune(fresh_routes, lambda: torch.neg(x), "neg", steps=1, isolate=False, check_rounds=3)
+    assert not report.kept and report.demoted == ["aten::neg"] and report.changes_table
+    route = fresh_routes.table.ops["aten::neg"]
+    assert route.candidates == ["native", "vendor"] and not route.buckets
+
+
+def _tuned(router) -> bool:
+    route = router.table.ops.get("aten::neg")
+    return bool(route and route.buckets)

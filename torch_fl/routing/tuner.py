@@ -12,8 +12,8 @@
 3. Decide per op and bucket, counting the workload's calls: a candidate is timed through its
    Python route kernel, so its time includes that kernel's cost; the calls a bucket leaves native
    never enter Python (the core's route filter serves them), so they cost nothing. A win must
-   exceed the minimum gain and the rounds' spread. An op nothing beat whose order serves another
-   path first is put native first.
+   exceed the minimum gain and the rounds' spread. A measured op whose order served another path
+   first is put native first; the buckets it won go over that.
 4. Check: time the workload native-only and tuned in alternating rounds (median of each); a tuned
    table that is not faster is not written. The same holds for every other step given to check
    (the model zoo's training steps, say): a table tuned on one model must not slow down another.
@@ -284,8 +284,9 @@ def tune(
 ) -> TuneReport:
     """Record, measure, decide and check; installs the tuned buckets in `router` when they win.
 
-    Every measured op where no candidate beat native is put native first, whatever the check of
-    the wins says: the report's "the table keeps native" is then what the table serves.
+    Every measured op whose table order served another path first is put native first, with its
+    winning buckets over that when the check keeps them: what the report says native keeps is
+    then what the table serves, and a vendor kernel is served first only where it measured faster.
     `isolate` measures in worker processes (torch_fl.routing.tuner_worker), so that a candidate
     that crashes or poisons the device costs only its own sample. `also_check`: other steps, by
     name, that the tuned table must not slow down either, each given as the function that makes it
@@ -305,8 +306,10 @@ def tune(
     unmeasured = [f"{s.op} <= {s.bound}" for s, _ in pending[len(measurements) :]]  # measured in order
     overhead = python_route_overhead()
     chosen = decide(measurements, min_gain)
-    demotions = _demotions(router, measurements, chosen, workload)
-    _use(router, demotions)
+    # every measured op starts native first: where nothing won that is the answer, and where a
+    # candidate won in some buckets the check compares them with native-only, as it says
+    native_first = _native_first(router, sorted({m.op for m in measurements}), workload)
+    _use(router, native_first)
     saved = {op: router.table.ops.get(op) for op in chosen}
     tuned = _tuned_routes(router, chosen, workload)
     native_ms, tuned_ms = _step_times(router, step, steps, saved, tuned, check_rounds)
@@ -320,8 +323,9 @@ def tune(
     if kept and also_check:
         checked, refusal = _check_elsewhere(router, also_check, steps, saved, tuned, check_rounds, progress)
         kept, note = not refusal, refusal or note
-    if demotions:
-        note += f"; native first now for {', '.join(sorted(demotions))} (measured no faster than native)"
+    demoted = sorted(op for op in native_first if not (kept and op in chosen))
+    if demoted:
+        note += f"; native first now for {', '.join(demoted)}"
     if unmeasured:
         note += f"; the time budget left {len(unmeasured)} samples unmeasured (their routes are unchanged)"
     _use(router, tuned if kept else saved)
@@ -335,30 +339,33 @@ def tune(
         step_ms_tuned=round(tuned_ms, 3),
         checked_ms=checked,
         kept=kept,
-        demoted=sorted(demotions),
+        demoted=demoted,
         unmeasured=unmeasured,
         note=note,
     )
 
 
-def _demotions(
-    router: Router, measurements: list[Measurement], chosen: Mapping[str, list[Bucket]], workload: str
-) -> dict[str, OpRoute]:
-    """Table entries putting native first for each measured op that no candidate beat but whose
-    order serves another path first (a vendor kernel `kernel add` put first, say). Its old buckets
-    go too: this measurement replaces them."""
-    demoted = {}
-    for op in sorted({m.op for m in measurements} - set(chosen)):
+def _native_first(router: Router, ops: list[str], workload: str) -> dict[str, OpRoute]:
+    """Table entries putting native first for each of `ops` whose table order serves another path
+    first (a vendor kernel `kernel add` put first, say), without their old buckets: this
+    measurement replaces them. API and environment routes are the process's, not the table's."""
+    routes = {}
+    for op in ops:
         current = router.table.ops.get(op)
-        candidates = list(current.candidates) if current else router.plan(op).candidates
+        candidates = (
+            list(current.candidates)
+            if current
+            else list(router.descriptor.routes.overrides.get(op) or router.default_candidates())
+        )
         if candidates[0] == "native":
             continue
-        note = f"measured no faster than native on {workload}"
-        demoted[op] = OpRoute(
+        routes[op] = OpRoute(
             candidates=["native"] + [c for c in candidates if c != "native"],
-            provenance=Provenance(source="tune", workload=workload, note=note, record=router.gate.state),
+            provenance=Provenance(
+                source="tune", workload=workload, note="measured against native", record=router.gate.state
+            ),
         )
-    return demoted
+    return routes
 
 
 def _check_elsewhere(
