@@ -17,6 +17,8 @@ from torch_fl.onboarding.errors import OnboardError
 from torch_fl.platform.descriptor import RUNTIME_BACKINGS, PlatformDescriptor
 from torch_fl.platform.errors import DescriptorError
 from torch_fl.platform.loader import DESCRIPTOR_FILE, load_descriptor
+from torch_fl.platform.preflight import torch_cuda_version
+from torch_fl.platform.record import installed_version
 
 VENDOR_MODULE = "vendor_kernels.py"
 EXAMPLE_OP = "aten::relu"
@@ -116,6 +118,20 @@ def backing_warning(descriptor: PlatformDescriptor) -> str | None:
     return (
         f"backing {descriptor.backing.device!r} is not one the runtime drives ({', '.join(sorted(RUNTIME_BACKINGS))}): "
         "the platform is data only until it is; pass --backing cpu or --backing cuda to run it"
+    )
+
+
+def machine_backing_warning(descriptor: PlatformDescriptor) -> str | None:
+    """A warning when the torch installed here cannot drive a cuda backing: conformance, loading and
+    training of the platform would all fail on this machine (read without importing torch)."""
+    if descriptor.backing.device != "cuda" or installed_version("torch") is None:
+        return None
+    if torch_cuda_version() is not None:
+        return None
+    return (
+        "--backing cuda, but the torch installed here is a CPU-only build: the platform cannot be validated, "
+        "loaded or trained on this machine; pass --backing cpu to work here, or run the next steps where "
+        "CUDA is (torch-fl preflight NAME --json says what is missing)"
     )
 
 

@@ -31,6 +31,7 @@ from torch_fl.onboarding.descriptor import (
     backing_warning,
     like_backing_warning,
     load_text,
+    machine_backing_warning,
     scaffold,
 )
 from torch_fl.onboarding.errors import OnboardError
@@ -232,5 +233,6 @@ def _onboard(name: str, request: OnboardRequest, layout: Layout) -> OnboardRepor
     if not request.dry_run:
         remove_orphans([item.path for item in planned] + [updated.path])
         apply(planned, outcomes, updated)
-    warnings = [w for w in (backing_warning(descriptor), like_backing_warning(descriptor, like)) if w]
+    checks = (backing_warning(descriptor), machine_backing_warning(descriptor), like_backing_warning(descriptor, like))
+    warnings = [w for w in checks if w]
     return OnboardReport(name, layout, outcomes, next_steps(name, layout), warnings, request.dry_run)

@@ -118,38 +118,40 @@ def normalize_op(op: str) -> str:
     return name
 
 
-def op_schema(op: str) -> str:
-    """The op's schema from the installed torch. An op torch does not have is refused (naming the
-    overloads its name has), and so is one torch decomposes before it reaches a device."""
+def op_schema(op: str, backing: str) -> str:
+    """The op's schema from the installed torch. An op torch does not have is refused naming the
+    nearest overloads that reach the device, and so is one torch decomposes before it reaches a
+    device (naming what it decomposes into)."""
     import torch
 
-    from torch_fl.kernels.base import resolve  # imports torch: only this command needs it
+    # imports torch: only this command needs it
+    from torch_fl.kernels.base import resolve
+    from torch_fl.onboarding.overloads import decomposes_into, nearest, reaches_device
 
     try:
         overload = resolve(op)
     except AttributeError:
         raise OnboardError(
-            f"{op}: torch {torch.__version__} has no such operator or overload{_overloads_hint(op)}"
+            f"{op}: torch {torch.__version__} has no such operator or overload"
+            + _suggest("nearest overloads that reach the device", nearest(op, backing))
         ) from None
-    if torch._C._dispatch_has_kernel_for_dispatch_key(overload.name(), "CompositeImplicitAutograd"):
+    if not reaches_device(op, backing):
+        parts = decomposes_into(overload)
         raise OnboardError(
             f"{op} is decomposed by torch above the device (CompositeImplicitAutograd), so a flagos kernel for it "
-            "would never run; add kernels for the ops it decomposes into (`torch-fl routes stats NAME` lists "
-            "the overloads a program sends to the device)"
+            "would never run; add kernels for the overloads it reaches instead (`torch-fl routes stats NAME` lists "
+            "those a program sends to the device)"
+            + (
+                _suggest("for one traced call it decomposes into", parts)
+                if parts
+                else _suggest("nearest overloads that reach the device", nearest(op, backing))
+            )
         )
     return str(overload._schema)
 
 
-def _overloads_hint(op: str) -> str:
-    """`; its overloads: aten::softmax.int, ...` for an op name whose packet exists."""
-    import torch
-
-    packet = op.partition("::")[2].partition(".")[0]
-    found = getattr(torch.ops.aten, packet, None) if op.startswith("aten::") else None
-    if found is None:
-        return ""
-    names = [f"aten::{packet}" + ("" if o == "default" else f".{o}") for o in sorted(found.overloads())]
-    return f"; its overloads: {', '.join(names[:12])}" + (" ..." if len(names) > 12 else "")
+def _suggest(what: str, names: list[str]) -> str:
+    return f"; {what}: {', '.join(names)}" if names else ""
 
 
 def function_name(op: str) -> str:
@@ -291,7 +293,7 @@ def _add(request: KernelAddRequest, folder: Path) -> KernelAddReport:
     except DescriptorError as exc:
         raise OnboardError(f"fix the descriptor first: {exc}") from None
     op = normalize_op(request.op)
-    schema = op_schema(op)
+    schema = op_schema(op, descriptor.backing.device)
     vendor = descriptor.kernels.vendor
     mapped = vendor.ops.get(op) if vendor is not None else None
     if request.function is not None:

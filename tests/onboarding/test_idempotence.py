@@ -61,7 +61,8 @@ def test_checkout_layout_needs_no_platform_path(tmp_path, monkeypatch):
     assert all("FLAGOS_PLATFORM_PATH" not in step for step in data["next_steps"])
 
 
-def test_a_new_like_brings_its_own_backing(repo):
+def test_a_new_like_brings_its_own_backing(repo, monkeypatch):
+    monkeypatch.setattr("torch_fl.onboarding.descriptor.torch_cuda_version", lambda: "12.8")  # a CUDA machine
     make(repo, "gpu_chip", like="host_ref")
     report = make(repo, "gpu_chip", like="nvidia_h200")  # no --backing: the first run's cpu is not kept
     assert report.ok and "device: cuda" in (repo / "plats/gpu_chip/platform.yaml").read_text()
@@ -71,3 +72,12 @@ def test_a_new_like_brings_its_own_backing(repo):
 def test_a_backing_unlike_the_like_platforms_is_warned_about(repo):
     report = make(repo, "gpu_chip", like="host_ref", backing="cuda", dry_run=True)
     assert any("differs from --like host_ref's backing 'cpu'" in w and "gloo" in w for w in report.warnings)
+
+
+def test_a_cuda_backing_on_a_machine_without_cuda_is_warned_about(repo, monkeypatch):
+    """The skill's `--backing cuda` on a CPU-only machine: the dry run says so before anything is written."""
+    monkeypatch.setattr("torch_fl.onboarding.descriptor.torch_cuda_version", lambda: None)
+    report = make(repo, "gpu_chip", like="nvidia_h200", backing="cuda", dry_run=True)
+    assert report.ok and any("CPU-only build" in w and "--backing cpu" in w for w in report.warnings)
+    monkeypatch.setattr("torch_fl.onboarding.descriptor.torch_cuda_version", lambda: "12.8")
+    assert not make(repo, "gpu_chip", like="nvidia_h200", backing="cuda", dry_run=True).warnings

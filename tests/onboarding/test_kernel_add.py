@@ -91,9 +91,11 @@ def test_overloads_and_builtin_names():
     [
         (("--op", "aten::no_such_op"), "has no such operator"),
         (("--op", "aten::add.NoSuchOverload"), "has no such operator"),
-        (("--op", "aten::softmax"), "its overloads: aten::softmax.int"),
-        (("--op", "aten::softmax.int"), "decomposed by torch above the device"),
-        (("--op", "aten::rms_norm"), "decomposed by torch above the device"),
+        (("--op", "aten::softmax"), "nearest overloads that reach the device: aten::_softmax"),
+        (("--op", "aten::sofmax"), "aten::_softmax"),
+        (("--op", "aten::softmax.int"), "it decomposes into: aten::_softmax"),
+        (("--op", "aten::rms_norm"), "it decomposes into"),
+        (("--op", "aten::rms_norm"), "aten::rsqrt"),
         (("--op", "aten::silu;rm"), "bad op name"),
         (("--op", "aten::silu", "--function", "class"), "not a usable Python function name"),
         (("--op", "aten::relu", "--function", "other"), "already mapped to 'relu'"),
@@ -104,6 +106,37 @@ def test_refusals_change_nothing(chip, args, words):
     data = cli("kernel", "add", "demo_chip", *args, code=1)
     assert words in data["error"]
     assert snapshot(chip) == before
+
+
+def test_every_suggested_overload_is_accepted(chip):
+    """What a refusal suggests reaches the device, so following the advice never meets a second refusal."""
+    from torch_fl.onboarding.overloads import reaches_device
+
+    error = cli("kernel", "add", "demo_chip", "--op", "aten::softmax", code=1)["error"]
+    suggested = error.rpartition(": ")[2].split(", ")
+    assert suggested and all(reaches_device(name, "cpu") for name in suggested)
+    assert cli("kernel", "add", "demo_chip", "--op", suggested[0], "--dry-run")["ok"]
+
+
+def test_a_composite_the_backing_implements_reaches_the_device():
+    """silu_backward is CompositeImplicitAutograd, but the backing's own kernel is claimed for flagos."""
+    from torch_fl.onboarding.overloads import reaches_device
+
+    assert reaches_device("aten::silu_backward", "cpu")
+    assert not reaches_device("aten::rms_norm", "cpu")
+    assert reaches_device("aten::add.Tensor", "cpu")
+
+
+def test_the_stub_states_the_vendor_contract(chip):
+    """What a kernel receives is stated where it is written, and on the one docs page."""
+    from pathlib import Path
+
+    cli("kernel", "add", "demo_chip", "--op", "aten::add.Tensor")
+    stub = (chip / "vendor_kernels.py").read_text().split("def add_tensor", 1)[1]
+    for words in ("conjugate/negative views arrive", "may arrive as a Python number", "torch.result_type"):
+        assert words in stub
+    docs = (Path(__file__).parents[2] / "docs" / "onboarding.md").read_text()
+    assert "### The vendor contract" in docs and "wrapped number" in docs
 
 
 def test_unknown_platform(repo):

@@ -237,3 +237,29 @@ def test_cli_refuses_an_evidence_file_outside_the_records_folder(repo, tmp_path)
     path.write_text(json.dumps(data))
     error = cli("triage", "demo_chip", "--record", str(path), code=1)["error"]
     assert "evidence" in error and "elsewhere.cases.jsonl.gz" in error and "\n" not in error, error
+
+
+def test_failures_are_counted_per_path_and_pytorchs_own_are_not_the_vendors(tmp_path):
+    """PyTorch's native kernel failing (a low-precision backward, say) is nothing a vendor can fix:
+    it is counted apart, and the exit criterion `.summary.failing_owned` leaves it out (device
+    features, which have no path, are the platform's)."""
+    cases = [
+        case("n1", "failed", "2/4 elements differ (rtol 1e-2)", path="native", fingerprint="n"),
+        case("v1", "failed", "2/4 elements differ (rtol 1e-5)", path="vendor", fingerprint="v"),
+        case("p1", "passed", path="flaggems"),
+        case("f1", "failed", "AttributeError: no autocast", suite="amp", op=None, path=None, fingerprint="f"),
+    ]
+    summary = report_of(tmp_path, cases)["summary"]
+    assert summary["failing_by_path"] == {"native": 1, "none": 1, "vendor": 1} and summary["failing_owned"] == 2
+    native_only = report_of(tmp_path, [cases[0]])
+    assert native_only["summary"]["failing_owned"] == 0
+    [group] = native_only["groups"]
+    assert group["owned"] is False and "PyTorch's own kernel" in group["hint"]
+
+
+def test_a_run_counts_the_failures_of_the_vendor_paths():
+    from torch_fl.cli.conformance import owned_failures
+
+    by_path = {"native": {"failed": 3}, "cpu": {"error": 1}, "vendor": {"failed": 1, "crashed": 1}, "emulated": {}}
+    by_status = {"passed": 10, "failed": 5, "error": 1, "crashed": 1}  # one failure has no path: a device feature
+    assert owned_failures(by_status, by_path) == 3

@@ -25,3 +25,16 @@ def test_env_names_round_trip(op):
 def test_the_documented_spelling():
     assert env_name("aten::add.Tensor") == "FLAGOS_ROUTE_add__Tensor"
     assert op_from_env_name("FLAGOS_ROUTE_add___Tensor") == "aten::add_.Tensor"
+
+
+def test_every_routable_op_round_trips():
+    """Every aten overload this torch registers (what a route may name) reads back as itself."""
+    import re
+
+    import torch
+
+    from torch_fl.platform.descriptor import OP_NAME_PATTERN
+
+    names = [n for n in torch._C._dispatch_get_all_op_names() if re.fullmatch(OP_NAME_PATTERN, n)]
+    assert len(names) > 1000
+    assert [n for n in names if op_from_env_name(env_name(n)) != n] == []

@@ -221,3 +221,112 @@ def test_a_call_without_tensors_gets_a_bucket_of_any_dtype():
     chosen = decide([Measurement("aten::ones", 1, "None", 5, us={"native": 20.0, "flaggems": 5.0})], min_gain=0.05)
     route = OpRoute(candidates=["native", "flaggems"], buckets=chosen["aten::ones"])
     assert route.bucket_for(1, None).choice == "flaggems"
+
+
+def test_a_gain_within_the_noise_keeps_native():
+    """15 us faster by the medians, but the rounds spread 10 us each way: not a measured win."""
+    noisy = Measurement(
+        "aten::mm",
+        1024,
+        "float32",
+        10,
+        us={"native": 100.0, "vendor": 85.0},
+        spread_us={"native": 10.0, "vendor": 10.0},
+    )
+    assert decide([noisy], min_gain=0.05) == {}
+    steady = Measurement(
+        "aten::mm", 1024, "float32", 10, us={"native": 100.0, "vendor": 85.0}, spread_us={"native": 1.0, "vendor": 1.0}
+    )
+    assert [b.choice for b in decide([steady], min_gain=0.05)["aten::mm"]] == ["native", "vendor"]
+
+
+def test_a_single_outlier_round_does_not_move_a_time(fresh_routes, monkeypatch):
+    """One 11 ms round of native (another process took the core) leaves native's time and choice."""
+    from torch_fl.routing import tuner
+
+    monkeypatch.setitem(fresh_routes.kernel_sets, "vendor", _NegKernels(False))
+    native_rounds = iter([100.0, 100.0, 11000.0] + [100.0] * 10)
+
+    def fake_time(fn, repeats=5, inner=10):
+        route = fresh_routes.plan("aten::neg").candidates
+        return next(native_rounds) if route == ["native"] else 150.0
+
+    monkeypatch.setattr(tuner, "time_call", fake_time)
+    x = torch.randn(64).to("flagos")
+    sample = Sample("aten::neg", torch.ops.aten.neg.default, 64, "float32", "float32@small", (x,), {}, calls=3)
+    result = measure(sample, ["vendor", "native"], rounds=5)
+    assert result.us == {"native": 100.0, "vendor": 150.0} and result.spread_us["native"] == 0.0
+    assert decide([result], min_gain=0.05) == {}
+
+
+@pytest.fixture
+def vendor_neg_loses(fresh_routes, monkeypatch):
+    """aten::neg with vendor first in the table, a right vendor kernel that measures 10x slower."""
+    from torch_fl.routing import tuner
+
+    monkeypatch.setattr(fresh_routes.table, "ops", dict(fresh_routes.table.ops))
+    fresh_routes.table.ops["aten::neg"] = OpRoute(candidates=["vendor", "native"])
+    monkeypatch.setitem(fresh_routes.kernel_sets, "vendor", _NegKernels(False))
+    monkeypatch.setattr(fresh_routes.gate, "allows", lambda op, dtype, path: True)
+    fresh_routes.refresh("aten::neg")
+    monkeypatch.setattr(
+        tuner,
+        "measure",
+        lambda sample, paths: Measurement(
+            sample.op, sample.bound, "float32", sample.calls, us={"native": 10.0, "vendor": 100.0}
+        ),
+    )
+    yield
+    fresh_routes.table.ops.pop("aten::neg", None)
+    fresh_routes.refresh("aten::neg")
+
+
+def test_a_slower_vendor_first_is_demoted_and_the_report_says_so(fresh_routes, vendor_neg_loses):
+    """'No candidate beat native; the table keeps native' must be what the table then serves."""
+    x = torch.randn(64).to("flagos")
+    report = tune(fresh_routes, lambda: torch.neg(x), "neg", steps=1, isolate=False, check_rounds=1)
+    assert report.chosen == {} and report.demoted == ["aten::neg"] and report.changes_table
+    assert fresh_routes.table.ops["aten::neg"].candidates == ["native", "vendor"]
+    assert fresh_routes.plan("aten::neg").candidates[0] == "native"
+    assert "native first now for aten::neg" in report.note
+
+
+def test_gemms_are_tuned_by_default():
+    import inspect
+
+    assert inspect.signature(tune).parameters["include_gemm"].default is True
+
+
+def test_the_time_budget_leaves_the_rest_as_it_was(fresh_routes, vendor_neg_loses):
+    x = torch.randn(64).to("flagos")
+    report = tune(fresh_routes, lambda: torch.neg(x), "neg", steps=1, isolate=False, check_rounds=1, budget_s=0)
+    assert report.unmeasured == ["aten::neg <= 64"] and report.demoted == [] and not report.changes_table
+    assert fresh_routes.table.ops["aten::neg"].candidates == ["vendor", "native"]
+    assert "left 1 samples unmeasured" in report.note
+
+
+def test_wins_the_whole_step_refuses_end_native_first_too(fresh_routes, vendor_neg_loses, monkeypatch):
+    """vendor first in the table and faster per call, but the tuned step is no faster than native
+    only: 'not faster than native-only' must leave native first, not the vendor order as before."""
+    from torch_fl.routing import tuner
+
+    monkeypatch.setattr(
+        tuner,
+        "measure",
+        lambda sample, paths: Measurement(
+            sample.op, sample.bound, "float32", sample.calls, us={"native": 100.0, "vendor": 10.0}
+        ),
+    )
+    monkeypatch.setattr(
+        tuner, "time_call", lambda fn, repeats=5, inner=10: 1000.0 if not _tuned(fresh_routes) else 1100.0
+    )
+    x = torch.randn(64).to("flagos")
+    report = tune(fresh_routes, lambda: torch.neg(x), "neg", steps=1, isolate=False, check_rounds=3)
+    assert not report.kept and report.demoted == ["aten::neg"] and report.changes_table
+    route = fresh_routes.table.ops["aten::neg"]
+    assert route.candidates == ["native", "vendor"] and not route.buckets
+
+
+def _tuned(router) -> bool:
+    route = router.table.ops.get("aten::neg")
+    return bool(route and route.buckets)

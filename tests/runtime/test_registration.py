@@ -299,3 +299,22 @@ def test_failed_start_is_reported_again_on_retry(run_python):
     lines = result.stdout.strip().splitlines()
     assert lines[0] == "1 RuntimeError injected failure", result.stdout
     assert lines[1] in ("2 RuntimeError injected failure", "2 ok"), result.stdout
+
+
+@pytest.mark.own_process
+def test_a_route_filter_replaces_the_native_claim_without_pytorchs_warning(run_python):
+    """Each gated route installs a filter over the op's PrivateUse1 kernel (the core's native claim):
+    meant, so PyTorch's multi-line "Overriding a previously registered kernel" warning must not
+    print at every activation of a platform with vendor kernels."""
+    result = run_python(
+        """
+        import torch
+        from torch_fl.runtime import core
+        assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::neg", "PrivateUse1")
+        handles = [core().install_route_filter(op, [], [], False) for op in ("aten::neg", "aten::silu")]
+        print(torch.neg(torch.ones(2, device="flagos")).cpu().tolist())
+        """,
+        env=PLATFORM_ENV,
+    )
+    assert result.stdout.split() == ["[-1.0,", "-1.0]"]
+    assert "Overriding a previously registered kernel" not in result.stderr, result.stderr

@@ -23,7 +23,7 @@ from rich.table import Table
 from torch_fl.cli import app
 from torch_fl.cli.output import JsonOption, console, emit, err_console, fail
 from torch_fl.conformance.runner import SUITES, RunOutcome
-from torch_fl.platform.record import FAILING
+from torch_fl.platform.record import FAILING, PYTORCH_PATHS
 
 conformance_app = typer.Typer(help="Run the conformance suite that gates a platform's routes.", no_args_is_help=True)
 app.add_typer(conformance_app, name="conformance")
@@ -227,6 +227,7 @@ def _run_data(name: str, outcome: RunOutcome) -> dict[str, Any]:
             ops_criterion=s["ops_criterion"],
             distinct_failures=s["distinct_failures"],
             failures_by_path=failures_by_path(s["by_path"]),
+            owned_failures=owned_failures(s["by_status"], s["by_path"]),
             cases_per_s=s.get("cases_per_s"),
             not_swept=s.get("not_swept", []),
             cost=s.get("cost"),
@@ -287,3 +288,10 @@ def _print_run(name: str, outcome: RunOutcome) -> None:
 def failures_by_path(by_path: dict[str, dict[str, Any]]) -> dict[str, int]:
     """path -> cases that failed, errored, crashed or timed out on it."""
     return {path: sum(row.get(s, 0) for s in FAILING) for path, row in by_path.items()}
+
+
+def owned_failures(by_status: dict[str, int], by_path: dict[str, dict[str, Any]]) -> int:
+    """Failing cases the platform owns: all but those of PyTorch's own kernels (paths native, cpu),
+    so device-feature cases (no path) count too."""
+    failing = sum(by_status.get(s, 0) for s in FAILING)
+    return failing - sum(n for path, n in failures_by_path(by_path).items() if path in PYTORCH_PATHS)

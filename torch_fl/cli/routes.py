@@ -186,7 +186,14 @@ def tune(
     ),
     steps: int = typer.Option(5, help="Steps per timing of the whole workload."),
     paths: Optional[str] = typer.Option(None, help="Only consider these paths besides native (comma-separated)."),
-    include_gemm: bool = typer.Option(False, help="Also tune GEMMs (FlagGems autotunes each shape on first use)."),
+    include_gemm: bool = typer.Option(
+        True,
+        "--include-gemm/--skip-gemm",
+        help="Tune GEMMs too (FlagGems autotunes each shape on first use; --budget bounds the time).",
+    ),
+    budget: Optional[float] = typer.Option(
+        None, "--budget", help="Seconds of measuring; samples left after it keep their routes (default: no limit)."
+    ),
     min_gain: float = typer.Option(0.05, help="A path must beat native by this fraction in a bucket."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Measure and report, but do not write routes.yaml."),
     check_zoo: str = typer.Option(
@@ -221,10 +228,11 @@ def tune(
         min_gain=min_gain,
         progress=say,
         also_check=also_check,
+        budget_s=budget,
     )
     target = Path(active.descriptor.directory) / active.descriptor.routes.file
     written = False
-    if report.kept and not dry_run:
+    if report.changes_table and not dry_run:
         route_table.save(router().table, target)
         written = True
     data = {"ok": True, "written": written, "routes_file": str(target), **report.as_dict()}

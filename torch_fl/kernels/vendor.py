@@ -1,15 +1,28 @@
 """The vendor path: a platform's own kernel module, one Python callable per aten overload.
 
-Contract for vendor functions (what `torch-fl onboard` scaffolds): they receive the op's
-arguments with flagos tensors replaced by zero-copy tensors of the backing device, and return
-backing tensors (or write in place / into `out=`), exactly like the backing's aten kernel would.
+The contract of a vendor function (docs/onboarding.md, "The vendor contract"; the stub `kernel add`
+writes repeats it), which `VendorKernels.call` makes hold:
+
+- arguments come in the order of the op's schema, positional as the caller gave them, keyword
+  arguments by their schema names;
+- every flagos tensor arrives as a zero-copy tensor of the backing device, its memory holding
+  exactly the values it stands for: a lazily conjugated or negated view (x.conj() of a complex
+  tensor, which mm and other linear algebra receive as such) arrives resolved, as a copy, and what
+  the function writes into such an argument (in place, `out=`) is copied back;
+- a Python number may arrive where the schema has a Tensor (add.Tensor's `other` in `x + 2`):
+  PyTorch's wrapped number, which promotes like a scalar of its Python type
+  (torch.result_type(self, other) gives the result dtype; torch.mul(2, x) passes `self` so);
+  Scalar arguments are Python numbers;
+- it returns backing tensors (or writes in place / into `out=`) exactly as the backing's own aten
+  kernel would.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,7 +30,7 @@ from typing import Any
 import torch
 
 from torch_fl.fileio import RefusedFile, read_bounded
-from torch_fl.kernels.aliasing import call_on_backing
+from torch_fl.kernels.aliasing import call_on_backing, map_structure
 from torch_fl.kernels.base import op_name
 from torch_fl.platform import PlatformDescriptor
 from torch_fl.platform.loader import vendor_module_file
@@ -89,4 +102,40 @@ class VendorKernels:
 
     def call(self, op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         fn = getattr(self.module(), self.functions[op_name(op)])
-        return call_on_backing(fn, args, kwargs)
+        return call_on_backing(_with_plain_memory(fn, op), args, kwargs)
+
+
+@functools.cache
+def _written(op: torch._ops.OpOverload) -> tuple[set[int], set[str]]:
+    """Positions and names of the arguments the op writes (self of add_, out of add.out)."""
+    arguments = op._schema.arguments
+    writes = [a.alias_info is not None and a.alias_info.is_write for a in arguments]
+    return {i for i, w in enumerate(writes) if w}, {a.name for a, w in zip(arguments, writes) if w}
+
+
+def _with_plain_memory(fn: Callable[..., Any], op: torch._ops.OpOverload) -> Callable[..., Any]:
+    """`fn` receiving conjugated/negated views resolved (a kernel reads memory, and the memory of
+    x.conj() holds x): written ones as copies that are copied back after the call, and returned
+    as the arguments they stand for (so in-place results stay the caller's tensors)."""
+    positions, names = _written(op)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        # id(resolved copy) -> (the copy, the written argument it stands for); holding the copy keeps its id unique
+        copied: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+        def plain(x: Any, written: bool) -> Any:
+            if not isinstance(x, torch.Tensor) or not (x.is_conj() or x.is_neg()):
+                return x
+            resolved = x.resolve_conj().resolve_neg()
+            if written:
+                copied[id(resolved)] = (resolved, x)
+            return resolved
+
+        args = tuple(map_structure(functools.partial(plain, written=i in positions), a) for i, a in enumerate(args))
+        kwargs = {k: map_structure(functools.partial(plain, written=k in names), v) for k, v in kwargs.items()}
+        result = fn(*args, **kwargs)
+        for resolved, target in copied.values():
+            target.copy_(resolved)
+        return map_structure(lambda x: copied[id(x)][1] if id(x) in copied else x, result)
+
+    return call

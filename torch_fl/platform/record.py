@@ -42,6 +42,10 @@ CaseStatus = Literal["passed", "failed", "error", "crashed", "timeout", "skipped
 FAILING: frozenset[str] = frozenset({"failed", "error", "crashed", "timeout"})
 """Statuses that veto what the case covers. `skipped` (not tried) and `unjudged` (tried, but not
 every part it claims to check could be compared) neither prove nor veto anything."""
+PYTORCH_PATHS: frozenset[str] = frozenset({"native", "cpu"})
+"""Paths that run PyTorch's own kernels, whose failures no platform can fix. Everything else a
+platform owns: its paths (vendor, flaggems, emulated) and the device features (cases without a
+path); exit criteria count those."""
 RecordState = Literal["valid", "stale", "missing", "tampered"]
 STATUS_WORDS: dict[str, str] = {
     "valid": "validated",

@@ -31,6 +31,7 @@ from torch_fl.platform.proposal import proposals
 from torch_fl.platform.record import (
     FAILING,
     MAX_RECORD_BYTES,
+    PYTORCH_PATHS,
     Case,
     Record,
     installed_version,
@@ -52,6 +53,10 @@ HINTS = {
     "missing-feature": "a device feature is not provided: implement it in the runtime or drop the claim from capabilities in platform.yaml",
     "other": "read the message: it fits no known kind",
 }
+NOT_OWNED_HINT = (
+    "PyTorch's own kernel fails here (path native or cpu), not one the platform brings: nothing to fix in the "
+    "platform, and not counted in summary.failing_owned"
+)
 
 _FEATURE_WORDS = re.compile(
     r"autocast|\bamp\b|gradscaler|generator|manual_seed|rng_state|\bstream|\bevent|distributed|process.?group|"
@@ -143,6 +148,11 @@ class Group:
     category: str
     cases: list[Case] = field(default_factory=list)
 
+    @property
+    def owned(self) -> bool:
+        """Whether the group is the platform's to fix: a case of it ran off PyTorch's own kernels."""
+        return any(c.path not in PYTORCH_PATHS for c in self.cases)
+
     def as_dict(self, platform: str) -> dict[str, Any]:
         first = self.cases[0]
         return {
@@ -158,7 +168,8 @@ class Group:
             "example": first.id,
             "case_ids": [c.id for c in self.cases],
             "rerun": rerun_command(first, platform),
-            "hint": HINTS[self.category],
+            "owned": self.owned,
+            "hint": HINTS[self.category] if self.owned else NOT_OWNED_HINT,
         }
 
 
@@ -242,6 +253,7 @@ def triage(record: Record, cases: list[Case], source: str, baseline: Baseline | 
     for group in groups:
         by_category[group.category] += len(group.cases)
     failing = sum(len(g.cases) for g in groups)
+    by_path = Counter(c.path or "none" for g in groups for c in g.cases)
     report: dict[str, Any] = {
         "ok": failing == 0,
         "kind": "triage",
@@ -254,6 +266,10 @@ def triage(record: Record, cases: list[Case], source: str, baseline: Baseline | 
             "passed": statuses.get("passed", 0),
             "skipped": statuses.get("skipped", 0),
             "failing": failing,
+            # failing cases per path ("none": device features), and those the platform owns (all but
+            # PyTorch's own kernels): what exit criteria count
+            "failing_by_path": dict(sorted(by_path.items())),
+            "failing_owned": sum(n for path, n in by_path.items() if path not in PYTORCH_PATHS),
             "groups": len(groups),
             "by_status": dict(sorted(statuses.items())),
             "by_category": by_category,

@@ -3,6 +3,7 @@ order (FLAGOS_ROUTE_DEFAULTS), or a whole table (FLAGOS_ROUTES=path)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Optional
@@ -29,11 +30,21 @@ def env_name(op: str) -> str:
 
 
 def op_from_env_name(key: str) -> str:
-    """FLAGOS_ROUTE_add___Tensor -> aten::add_.Tensor: the overload follows the last `__` (an in-place
-    packet ends in `_` itself, so splitting at the first would misread it)."""
+    """FLAGOS_ROUTE_add___Tensor -> aten::add_.Tensor. `__` both separates the overload and occurs in
+    names (aten::add_.Tensor, aten::linalg__powsum), so of the readings (split at the last `__`
+    first, then earlier ones, then none) the first that torch registers wins; without one, the last
+    split is kept and checks report the name unknown."""
     body = key[len(PREFIX) :]
-    packet, separator, overload = body.rpartition("__")
-    return f"aten::{packet}.{overload}" if separator and packet and overload else f"aten::{body}"
+    starts = [i for i in range(len(body) - 1, 0, -1) if body.startswith("__", i) and i + 2 < len(body)]
+    readings = [f"aten::{body[:i]}.{body[i + 2 :]}" for i in starts] + [f"aten::{body}"]
+    return next((r for r in readings if r in _registered_ops()), readings[0])
+
+
+@functools.cache
+def _registered_ops() -> frozenset[str]:
+    import torch  # only reading a variable back needs the operator registry
+
+    return frozenset(torch._C._dispatch_get_all_op_names())
 
 
 def _split(value: str) -> list[str]:

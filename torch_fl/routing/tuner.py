@@ -7,10 +7,13 @@
    warm-up first (FlagGems autotunes and compiles on its first call per shape). The first call of
    each candidate, on fresh copies of the inputs, must agree with native's at the workload's own
    shapes (conformance samples are small; a kernel can pass them and still fail at the sizes a
-   model uses, as FlagGems kernels did on the H200): one that does not is never chosen.
+   model uses, as FlagGems kernels did on the H200): one that does not is never chosen. The
+   candidates are then timed in alternating rounds (median and spread of each).
 3. Decide per op and bucket, counting the workload's calls: a candidate is timed through its
    Python route kernel, so its time includes that kernel's cost; the calls a bucket leaves native
-   never enter Python (the core's route filter serves them), so they cost nothing.
+   never enter Python (the core's route filter serves them), so they cost nothing. A win must
+   exceed the minimum gain and the rounds' spread. A measured op whose order served another path
+   first is put native first; the buckets it won go over that.
 4. Check: time the workload native-only and tuned in alternating rounds (median of each); a tuned
    table that is not faster is not written. The same holds for every other step given to check
    (the model zoo's training steps, say): a table tuned on one model must not slow down another.
@@ -38,7 +41,8 @@ from torch_fl.routing.runtime import C_PATHS, Router, forced
 from torch_fl.routing.table import Bucket, OpRoute, Provenance
 
 # FlagGems GEMMs autotune on the first call of every shape (about 30 s each on the H200): tuning
-# them costs minutes of device time per workload, so they are measured only when asked.
+# them costs minutes of device time per workload, so `tune` can skip them (and takes a time
+# budget), but measures them by default: a GEMM is where a slow vendor kernel costs most.
 GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mm.out", "aten::addmm.out"})
 
 
@@ -114,6 +118,7 @@ class Measurement:
     us: dict[str, float] = field(default_factory=dict)
     first_call_s: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    spread_us: dict[str, float] = field(default_factory=dict)  # median absolute deviation of the rounds
 
     def best(self) -> str:
         return min(self.us, key=lambda path: self.us[path]) if self.us else "native"
@@ -131,10 +136,18 @@ class TuneReport:
     # other steps the tuned table was checked on: name -> [native-only ms, tuned ms]
     checked_ms: dict[str, list[float]] = field(default_factory=dict)
     kept: bool = False
+    # measured ops where no candidate beat native but another path was first: native first now
+    demoted: list[str] = field(default_factory=list)
+    # (op <= bound) samples the time budget left unmeasured: their routes are as they were
+    unmeasured: list[str] = field(default_factory=list)
     note: str = ""
 
+    @property
+    def changes_table(self) -> bool:
+        return self.kept or bool(self.demoted)
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "changes_table": self.changes_table}
 
 
 def disagreement(actual: Any, expected: Any, inputs: list[torch.Tensor]) -> Optional[str]:
@@ -161,11 +174,12 @@ def disagreement(actual: Any, expected: Any, inputs: list[torch.Tensor]) -> Opti
     return None
 
 
-def measure(sample: Sample, paths: list[str]) -> Measurement:
+def measure(sample: Sample, paths: list[str], rounds: int = 7, inner: int = 10) -> Measurement:
     m = Measurement(sample.op, sample.bound, str(sample.dtype).replace("torch.", ""), sample.calls)
     # seeded random ops draw differently on every path; their values cannot be compared
     checked = torch.Tag.nondeterministic_seeded not in getattr(sample.overload, "tags", ())
     expected: Any = None
+    timed = []
     for path in sorted(paths, key=lambda p: p != "native"):  # native first: the others are checked against it
         try:
             with forced(sample.op, path):
@@ -182,10 +196,30 @@ def measure(sample: Sample, paths: list[str]) -> Measurement:
                     if problem is not None:
                         m.errors[path] = f"wrong values at this shape: {problem}"
                         continue
-                m.us[path] = round(time_call(lambda: sample.overload(*sample.args, **sample.kwargs)), 2)
+            timed.append(path)
         except Exception as exc:  # a candidate that fails here is simply not chosen
             m.errors[path] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    _time_rounds(sample, timed, rounds, inner, m)
     return m
+
+
+def _time_rounds(sample: Sample, paths: list[str], rounds: int, inner: int, m: Measurement) -> None:
+    """Time `paths` in alternating rounds, so that the machine's drifts (another process taking the
+    cores for milliseconds) touch every path alike; each path's time is the median of its rounds,
+    which a single outlier cannot move, and its spread the median absolute deviation."""
+    per_path: dict[str, list[float]] = {path: [] for path in paths}
+    for _ in range(rounds):
+        for path in list(per_path):
+            try:
+                with forced(sample.op, path):
+                    per_path[path].append(time_call(lambda: sample.overload(*sample.args, **sample.kwargs), 1, inner))
+            except Exception as exc:
+                m.errors[path] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                del per_path[path]
+    for path, times in per_path.items():
+        middle = statistics.median(times)
+        m.us[path] = round(middle, 2)
+        m.spread_us[path] = round(statistics.median(abs(t - middle) for t in times), 2)
 
 
 def python_route_overhead() -> float:
@@ -195,6 +229,14 @@ def python_route_overhead() -> float:
     with forced("aten::neg", "native", python=True):
         routed = time_call(lambda: torch.ops.aten.neg.default(x), inner=200)
     return max(0.0, routed - native)
+
+
+def _beats_native(m: Measurement, path: str, min_gain: float) -> bool:
+    """`path` is faster than native by `min_gain` of native's time and by more than the two
+    spreads together: a difference the rounds themselves scatter over is not a measured win."""
+    native, other = m.us["native"], m.us[path]
+    noise = m.spread_us.get("native", 0.0) + m.spread_us.get(path, 0.0)
+    return native - other > max(min_gain * native, noise)
 
 
 def decide(measurements: list[Measurement], min_gain: float) -> dict[str, list[Bucket]]:
@@ -212,7 +254,7 @@ def decide(measurements: list[Measurement], min_gain: float) -> dict[str, list[B
             best = m.best()
             if native is None:
                 continue
-            if best != "native" and m.us[best] < native * (1 - min_gain):
+            if best != "native" and _beats_native(m, best, min_gain):
                 gain += m.calls * (native - m.us[best])
                 choice = best
                 if not any(b.dtype == dtype for b in buckets) and m.bound > 1:
@@ -232,19 +274,24 @@ def tune(
     workload: str,
     steps: int = 5,
     paths: Optional[list[str]] = None,
-    include_gemm: bool = False,
+    include_gemm: bool = True,
     min_gain: float = 0.05,
     progress: Callable[[str], None] = lambda message: None,
     isolate: bool = True,
     check_rounds: int = 7,
     also_check: Mapping[str, Callable[[], Callable[[], Any]]] | None = None,
+    budget_s: Optional[float] = None,
 ) -> TuneReport:
     """Record, measure, decide and check; installs the tuned buckets in `router` when they win.
 
+    Every measured op whose table order served another path first is put native first, with its
+    winning buckets over that when the check keeps them: what the report says native keeps is
+    then what the table serves, and a vendor kernel is served first only where it measured faster.
     `isolate` measures in worker processes (torch_fl.routing.tuner_worker), so that a candidate
     that crashes or poisons the device costs only its own sample. `also_check`: other steps, by
     name, that the tuned table must not slow down either, each given as the function that makes it
-    (called only once the table has passed its own workload, one step alive at a time)."""
+    (called only once the table has passed its own workload, one step alive at a time).
+    `budget_s`: seconds of measuring after which the remaining samples are left as they are."""
 
     def tunable(op: str) -> bool:
         if op in GEMM_OPS and not include_gemm:
@@ -253,9 +300,16 @@ def tune(
 
     samples = _record(step, tunable)
     progress(f"recorded {len(samples)} (op, shape bucket) samples")
-    measurements = _measure_all(router, _pending(router, samples, paths), isolate, progress)
+    pending = _pending(router, samples, paths)
+    deadline = None if budget_s is None else time.time() + budget_s
+    measurements = _measure_all(router, pending, isolate, progress, deadline)
+    unmeasured = [f"{s.op} <= {s.bound}" for s, _ in pending[len(measurements) :]]  # measured in order
     overhead = python_route_overhead()
     chosen = decide(measurements, min_gain)
+    # every measured op starts native first: where nothing won that is the answer, and where a
+    # candidate won in some buckets the check compares them with native-only, as it says
+    native_first = _native_first(router, sorted({m.op for m in measurements}), workload)
+    _use(router, native_first)
     saved = {op: router.table.ops.get(op) for op in chosen}
     tuned = _tuned_routes(router, chosen, workload)
     native_ms, tuned_ms = _step_times(router, step, steps, saved, tuned, check_rounds)
@@ -269,6 +323,11 @@ def tune(
     if kept and also_check:
         checked, refusal = _check_elsewhere(router, also_check, steps, saved, tuned, check_rounds, progress)
         kept, note = not refusal, refusal or note
+    demoted = sorted(op for op in native_first if not (kept and op in chosen))
+    if demoted:
+        note += f"; native first now for {', '.join(demoted)}"
+    if unmeasured:
+        note += f"; the time budget left {len(unmeasured)} samples unmeasured (their routes are unchanged)"
     _use(router, tuned if kept else saved)
     return TuneReport(
         platform=router.descriptor.name,
@@ -280,8 +339,33 @@ def tune(
         step_ms_tuned=round(tuned_ms, 3),
         checked_ms=checked,
         kept=kept,
+        demoted=demoted,
+        unmeasured=unmeasured,
         note=note,
     )
+
+
+def _native_first(router: Router, ops: list[str], workload: str) -> dict[str, OpRoute]:
+    """Table entries putting native first for each of `ops` whose table order serves another path
+    first (a vendor kernel `kernel add` put first, say), without their old buckets: this
+    measurement replaces them. API and environment routes are the process's, not the table's."""
+    routes = {}
+    for op in ops:
+        current = router.table.ops.get(op)
+        candidates = (
+            list(current.candidates)
+            if current
+            else list(router.descriptor.routes.overrides.get(op) or router.default_candidates())
+        )
+        if candidates[0] == "native":
+            continue
+        routes[op] = OpRoute(
+            candidates=["native"] + [c for c in candidates if c != "native"],
+            provenance=Provenance(
+                source="tune", workload=workload, note="measured against native", record=router.gate.state
+            ),
+        )
+    return routes
 
 
 def _check_elsewhere(
@@ -351,14 +435,21 @@ def _pending(router: Router, samples: list[Sample], paths: Optional[list[str]]) 
 
 
 def _measure_all(
-    router: Router, pending: list[tuple[Sample, list[str]]], isolate: bool, progress: Callable[[str], None]
+    router: Router,
+    pending: list[tuple[Sample, list[str]]],
+    isolate: bool,
+    progress: Callable[[str], None],
+    deadline: Optional[float] = None,
 ) -> list[Measurement]:
+    """The measurements of `pending`, in order, as many as fit before `deadline` (time.time())."""
     if isolate and pending:
         from torch_fl.routing.tuner_worker import measure_isolated
 
-        return measure_isolated(pending, router.descriptor.name, progress)
+        return measure_isolated(pending, router.descriptor.name, progress, deadline)
     measurements = []
     for i, (sample, allowed) in enumerate(pending):
+        if deadline is not None and time.time() > deadline:
+            break
         measurements.append(measure(sample, allowed))
         progress(f"measured {i + 1}/{len(pending)} {sample.op} <= {sample.bound}")
     return measurements

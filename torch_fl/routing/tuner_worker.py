@@ -8,7 +8,9 @@ shapes. So the parent saves the recorded samples and a worker measures them one 
 each result; a worker that dies, or whose device stops answering after a candidate failed, is
 replaced by a fresh one that continues after the sample it was on, and that sample keeps native.
 
-    python -m torch_fl.routing.tuner_worker SAMPLES JOURNAL START
+    python -m torch_fl.routing.tuner_worker SAMPLES JOURNAL START [DEADLINE]
+
+DEADLINE (seconds since the epoch) ends the measuring before the next sample once passed.
 """
 
 from __future__ import annotations
@@ -68,10 +70,12 @@ def device_answers() -> bool:
         return False
 
 
-def work(samples_file: Path, journal_file: Path, start: int) -> int:
-    """Measure samples[start:], journaling each; the exit status."""
+def work(samples_file: Path, journal_file: Path, start: int, deadline: float | None = None) -> int:
+    """Measure samples[start:], journaling each, until `deadline`; the exit status."""
     payload = torch.load(samples_file, weights_only=False)
     for i in range(start, len(payload)):
+        if deadline is not None and time.time() > deadline:
+            break
         item = payload[i]
         jsonl.append(journal_file, {"index": i, "started": True})
         args, kwargs = _restored((item["args"], item["kwargs"]))
@@ -86,9 +90,13 @@ def work(samples_file: Path, journal_file: Path, start: int) -> int:
 
 
 def measure_isolated(
-    samples: list[tuple[Sample, list[str]]], platform: str, progress: Callable[[str], None] = lambda message: None
+    samples: list[tuple[Sample, list[str]]],
+    platform: str,
+    progress: Callable[[str], None] = lambda message: None,
+    deadline: float | None = None,
 ) -> list[Measurement]:
-    """Each (sample, candidate paths) measured in worker processes of platform `platform`."""
+    """Each (sample, candidate paths) measured in worker processes of platform `platform`, as many
+    as fit before `deadline` (time.time())."""
     payload = [
         {
             "op": s.op,
@@ -109,7 +117,7 @@ def measure_isolated(
         env = {**os.environ, "FLAGOS_PLATFORM": platform}
         reader = jsonl.Reader(journal_file)
         start = 0
-        while start < len(payload):
+        while start < len(payload) and (deadline is None or time.time() < deadline):
             command = [
                 sys.executable,
                 "-m",
@@ -117,6 +125,7 @@ def measure_isolated(
                 str(samples_file),
                 str(journal_file),
                 str(start),
+                *([] if deadline is None else [repr(deadline)]),
             ]
             log = Path(scratch) / f"worker-{start}.log"  # a file, not a pipe: a chatty worker never blocks
             with open(log, "w") as stderr_file:
@@ -151,6 +160,8 @@ def measure_isolated(
                     errors={"worker": f"the measuring process died (exit {worker.returncode}): {tail}"},
                 )
                 progress(f"sample {started} ({item['op']}) ended its worker: kept on native")
+            elif len(done) == measured_before and worker.returncode == 0:  # the deadline passed
+                break
             elif len(done) == measured_before:  # died before its first sample: a new one would too
                 raise RuntimeError(
                     f"the tuning worker failed before measuring anything (exit {worker.returncode}): {stderr[-2000:]}"
@@ -160,4 +171,4 @@ def measure_isolated(
 
 
 if __name__ == "__main__":  # importing torch (with FLAGOS_PLATFORM set) activated the platform
-    sys.exit(work(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])))
+    sys.exit(work(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]) if sys.argv[4:] else None))

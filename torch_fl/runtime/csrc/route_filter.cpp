@@ -11,10 +11,12 @@
 
 #include <torch/library.h>
 
+#include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace torch_fl {
@@ -136,6 +138,20 @@ class RouteFilter final : public c10::OperatorKernel {
   std::shared_ptr<std::atomic<int64_t>> outside_;
 };
 
+// Taking the op's PrivateUse1 slot over the core's native claim is what a filter is for; PyTorch
+// warns of any such override, in several lines, and would do so at every activation of a platform
+// with a gated route. Other warnings pass on to the handler in place.
+class DropOverrideWarning : public c10::WarningHandler {
+ public:
+  explicit DropOverrideWarning(c10::WarningHandler* next) : next_(next) {}
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().find("Overriding a previously registered kernel") == std::string::npos) next_->process(warning);
+  }
+
+ private:
+  c10::WarningHandler* next_;
+};
+
 }  // namespace
 
 std::shared_ptr<RouteFilterHandle> install_route_filter(const std::string& op, const std::vector<RouteSpan>& spans,
@@ -150,6 +166,8 @@ std::shared_ptr<RouteFilterHandle> install_route_filter(const std::string& op, c
         {s.dtype.value_or(c10::ScalarType::Undefined), !s.dtype.has_value(), s.min_numel, s.max_numel, s.limits});
   }
   auto outside = std::make_shared<std::atomic<int64_t>>(0);
+  DropOverrideWarning quiet(c10::WarningUtils::get_warning_handler());
+  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
   // Invariant: the registration lives exactly as long as the handle; dropping it restores the
   // op's previous PrivateUse1 kernel (the core's native claim, or none).
   return std::make_shared<RouteFilterHandle>(
