@@ -331,6 +331,10 @@ _router: Optional[Router] = None
 
 def router() -> Router:
     if _router is None:
+        from torch_fl.runtime import standby
+
+        standby.start_pending()  # asking for the routes is a use of flagos
+    if _router is None:
         raise RuntimeError("no platform is active in this process; import torch (autoload) or call torch_fl.activate()")
     return _router
 
