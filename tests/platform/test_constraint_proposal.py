@@ -47,6 +47,16 @@ def test_a_failure_below_a_size_gets_a_min() -> None:
     assert (found.dim, found.side, found.bound, found.keeps) == ("M", "min", 64, 3)
 
 
+def test_limits_the_evidence_cannot_tell_apart_are_offered_together() -> None:
+    passing = [mm_case(f"s{n}", "passed", n, n, n) for n in (7, 31, 63)]
+    failing = [mm_case("s255", "timeout", 127, 255, 129)]  # M, N and K all grew past what passed
+    found = propose("aten::mm", "vendor", failing, passing + failing)
+    assert found is not None and found.keeps == 3
+    offered = {(found.dim, found.bound), *((d, b) for d, side, b in found.alike if side == "max")}
+    assert {("M", 126), ("K", 254), ("N", 128)} <= offered
+    assert all(d != found.dim or b != found.bound for d, _, b in found.alike)
+
+
 def test_no_proposal_when_failures_lie_on_both_sides_of_every_pass() -> None:
     passing = [mm_case("a", "passed", 32, 32, 32)]
     failing = [mm_case("b", "failed", 16, 16, 16), mm_case("c", "failed", 64, 64, 64)]

@@ -72,9 +72,11 @@ def triage_cmd(
             if proposed:
                 console.print("or declare where the kernel works (platform.yaml; the next run proves it inside):")
             for p in proposed:
+                alike = ", ".join(f"{a['dim']} {a['side']} {a['bound']}" for a in p["alike"])
                 console.print(
                     f"  {escape(p['op'])} on {p['path']}: {p['dim']} {p['side']} {p['bound']} excludes "
-                    f"{p['excludes']} failing, keeps {p['keeps']} of {p['passing']} passing",
+                    f"{p['excludes']} failing, keeps {p['keeps']} of {p['passing']} passing"
+                    + (f" (as well supported: {alike}; a one-dimension sweep tells them apart)" if alike else ""),
                     highlight=False,
                     soft_wrap=True,
                 )

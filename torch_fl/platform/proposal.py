@@ -28,11 +28,15 @@ class Proposal(NamedTuple):
     excludes: int
     keeps: int
     passing: int
+    alike: tuple[tuple[str, str, int], ...] = ()
+    """Other limits (dim, side, bound) that keep as many passing cases: the evidence does not tell
+    them apart (a case that varied several dimensions at once failed); a one-dimension sweep does."""
 
     def as_dict(self) -> dict[str, Any]:
         limit = f"{{{self.dim}: {{{self.side}: {self.bound}}}}}"
         return {
             **self._asdict(),
+            "alike": [{"dim": d, "side": s, "bound": b} for d, s, b in self.alike],
             "yaml": f"kernels:\n  {self.path}:\n    constraints:\n      {self.op}: {limit}",
         }
 
@@ -72,15 +76,17 @@ def propose(op: str, path: str, failing: list[Case], cases: list[Case]) -> Propo
     if path not in GATED_PATHS or not failing:
         return None
     passing = [c for c in cases if c.op == op and c.path == path and c.status == "passed"]
-    best: tuple[tuple[int, int, int], Proposal] | None = None
+    ranked = []
     for dim, side, bound in _candidates(op, failing):
         keeps = sum(_inside(c, dim, side, bound) for c in passing)
-        if not keeps:
-            continue
-        rank = (keeps, dim not in GENERIC_DIMS, side == "max")
-        if best is None or rank > best[0]:
-            best = (rank, Proposal(op, path, dim, side, bound, len(failing), keeps, len(passing)))
-    return best[1] if best else None
+        if keeps:
+            ranked.append(((keeps, dim not in GENERIC_DIMS, side == "max"), (dim, side, bound)))
+    if not ranked:
+        return None
+    ranked.sort(key=lambda r: r[0], reverse=True)
+    (keeps, *_), (dim, side, bound) = ranked[0]
+    alike = tuple(limit for rank, limit in ranked[1:] if rank[0] == keeps)
+    return Proposal(op, path, dim, side, bound, len(failing), keeps, len(passing), alike)
 
 
 def proposals(failing: list[Case], cases: list[Case]) -> list[dict[str, Any]]:
