@@ -7,8 +7,8 @@ when quiet, as under --json).
 
 What a run may replace: one run at a time per record (a lock file beside it, `torch-<line>.lock`);
 the record itself only when the run completes (until then its merges go to the run folder); and
-a complete record only by a full run or by `--add`: a subset run writes `torch-<line>.partial.json`
-beside it instead. A plain run whose complete record is stale only because platform sources
+a record only by a full run or by `--add` (which starts one where there is none): a subset run
+writes `torch-<line>.partial.json` beside it instead. A plain run whose complete record is stale only because platform sources
 changed re-runs just the cases they decide (torch_fl.conformance.incremental), as an `--add` run
 that drops those cases' old verdicts first; `--full` runs everything. `--shard i/N` runs a share of
 the items into a record of its own, for `merge_shards` (torch_fl.conformance.shards). The pytest
@@ -192,12 +192,13 @@ def _as_incremental(options: RunOptions, plan: incremental.Plan) -> RunOptions:
 
 def check_addable(platform: str, record_file: Path, sources_changed: bool = False) -> None:
     """--add adds cases to a complete record made here: same descriptor, torch and kernel libraries,
-    and platform sources (unless `sources_changed`: an incremental run re-runs what they decide)."""
+    and platform sources (unless `sources_changed`: an incremental run re-runs what they decide).
+    Where there is no record yet, --add starts it with the run's cases."""
     from torch_fl.conformance.recordfile import identity
     from torch_fl.platform.discovery import load_platform
 
     if not record_file.is_file():
-        raise ValueError(f"--add: there is no record {record_file} to add to; run the conformance without --add first")
+        return  # nothing to match: the run starts the record with its cases
     try:
         record = load_raw(record_file)
     except RecordError as exc:
@@ -270,13 +271,6 @@ def is_subset(options: RunOptions) -> bool:
     return bool(options.k) or set(options.suites or SUITES) != set(SUITES) or set(options.paths or PATHS) != set(PATHS)
 
 
-def _is_complete(record_file: Path) -> bool:
-    try:
-        return load_raw(record_file).get("complete") is True
-    except RecordError:
-        return False
-
-
 def keep_interrupted(options: RunOptions, record_file: Path) -> None:
     """A run that does not resume must not replace the journal of an interrupted run, the one way to
     finish it: that journal goes only with --discard."""
@@ -310,8 +304,10 @@ def not_written(output: Path, folder: Path) -> str | None:
 
 def destination(options: RunOptions, record_file: Path) -> Path:
     """Where the run's record goes when it completes: the record, unless a subset run (without
-    --add) would replace a complete record, whose validated routes it would lose; then beside it."""
-    if options.add or not is_subset(options) or not _is_complete(record_file):
+    --add) would write it; then beside it. A subset would lose a complete record's validated
+    routes, and where there is none it would become the record the gate serves from, unasked (a
+    new chip's first quick check). --add asks for exactly that."""
+    if options.add or not is_subset(options):
         return record_file
     return partial_path(record_file)
 
@@ -388,7 +384,7 @@ def pytest_command(options: RunOptions, record_file: Path, ini: Path, output: Pa
         argv += ["-k", options.k]
     if options.resume:
         argv.append("--fl-resume")
-    if options.add:
+    if options.add and record_file.is_file():  # with no record yet there is nothing to extend
         argv.append("--fl-add")
     if options.replace_ops:
         argv += ["--fl-replace-ops", ",".join(options.replace_ops)]

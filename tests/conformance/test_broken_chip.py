@@ -38,7 +38,21 @@ def broken_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     shutil.copytree(FIXTURES / "broken_chip", plats / "broken_chip")
     selection = " or ".join(f"test_op[{item}]" for item in ITEMS)
     out = conformance(
-        ["broken_chip", "--suite", "ops", "-k", selection, "--paths", "native,vendor", "-n", "2", "--timeout", "5"],
+        # --add: the record the gate reads, started by this subset
+        [
+            "broken_chip",
+            "--suite",
+            "ops",
+            "-k",
+            selection,
+            "--paths",
+            "native,vendor",
+            "-n",
+            "2",
+            "--timeout",
+            "5",
+            "--add",
+        ],
         run_env(FLAGOS_PLATFORM_PATH=str(plats)),
         timeout=900,
     )

@@ -37,9 +37,9 @@ OPS = ["host_ref", "--suite", "ops", "-k", "float32 and (add or mul)", "-n", "1"
 
 @pytest.fixture(scope="module")
 def complete_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A complete record of the rng suite (a subset run where there is no record writes the record)."""
+    """A complete record of the rng suite (--add starts the record from a subset where there is none)."""
     records = tmp_path_factory.mktemp("complete") / "records"
-    out = conformance([*RNG, "--record-dir", str(records)], run_env())
+    out = conformance([*RNG, "--add", "--record-dir", str(records)], run_env())
     assert out["ok"] and out["complete"] and not out["partial"], out
     assert Path(out["record"]) == records / RECORD
     return records / RECORD
@@ -155,11 +155,23 @@ def test_a_subset_run_writes_a_partial_record_and_keeps_the_complete_one(records
     assert gated.evidence is not None and gated.evidence.cases == complete["evidence"]["cases"] > 1
 
 
+def test_add_starts_a_record_where_there_is_none(tmp_path: Path) -> None:
+    """--add on a chip without a record makes this subset its record, as asked: nothing to extend."""
+    from torch_fl.conformance.runner import check_addable, pytest_command
+
+    check_addable("host_ref", tmp_path / RECORD)  # no error: there is nothing it must match
+    options = RunOptions("host_ref", suites=["rng"], add=True)
+    assert "--fl-add" not in pytest_command(options, tmp_path / RECORD, tmp_path / "pytest.ini", tmp_path / RECORD)
+
+
 def test_only_a_full_run_or_add_replaces_a_complete_record(complete_record: Path, tmp_path: Path) -> None:
     partial = recordfile.partial_path(complete_record)
     for subset in ({"k": "add"}, {"suites": ["rng"]}, {"paths": ["native", "vendor"]}):
         assert destination(RunOptions("host_ref", **subset), complete_record) == partial, subset
-        assert destination(RunOptions("host_ref", **subset), tmp_path / RECORD) == tmp_path / RECORD  # nothing to lose
+        # a new chip's quick check is no record of it either: the gate would serve what it checked
+        fresh = tmp_path / RECORD
+        assert destination(RunOptions("host_ref", **subset), fresh) == recordfile.partial_path(fresh)
+        assert destination(RunOptions("host_ref", add=True, **subset), fresh) == fresh
     assert destination(RunOptions("host_ref", suites=["rng"], add=True), complete_record) == complete_record
     every = RunOptions("host_ref", suites=list(SUITES), paths=list(PATHS))
     assert destination(every, complete_record) == complete_record

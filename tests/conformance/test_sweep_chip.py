@@ -85,6 +85,7 @@ def _sweep_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "--timeout",
             "10",
             "--fail-on-failure",
+            "--add",  # the record the gate reads, started by this subset
         ],
         env,
         timeout=1500,
@@ -311,9 +312,11 @@ def test_triage_proposes_the_limit_that_excludes_a_threshold(sweep_run):
 
     record, cases = read_record(Path(sweep_run["out"]["record"]))
     report = triage(record, cases, sweep_run["out"]["record"])
-    proposed = {(p["op"], p["dim"], p["side"]): p for g in report["groups"] for p in g["constraints"]}
-    hang = proposed.get(("aten::mm", "K", "max"))
-    assert hang and hang["bound"] >= sweep_run["thresholds"]["hang_k"], (sweep_run["thresholds"], proposed)
+    [hang] = [p for g in report["groups"] for p in g["constraints"] if p["op"] == "aten::mm"]
+    # where the hang came first in a case that varied M, N and K together, M and K are equally
+    # supported by the evidence; K is among the limits offered either way
+    k_limits = [a["bound"] for a in [hang, *hang["alike"]] if (a["dim"], a["side"]) == ("K", "max")]
+    assert k_limits and k_limits[0] >= sweep_run["thresholds"]["hang_k"], (sweep_run["thresholds"], hang)
     assert hang["keeps"] == hang["passing"] > 0, hang  # every passing mm call is below the hang
 
 

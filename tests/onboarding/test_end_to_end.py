@@ -176,6 +176,7 @@ def onboard_to_training(tmp_path: Path, chip: str, onboard_options: list[str], b
         "native,vendor",
         "-n",
         "1",
+        "--add",  # a subset run writes a partial record; --add starts the record the gate reads with it
         timeout=480,
     )
     assert run["ok"] and run["complete"], run

@@ -156,9 +156,8 @@ def test_the_workload_suite_keeps_a_route_that_breaks_training_off(crash_chip, t
                 "  aten::gelu:\n    candidates: [vendor, native]\n", "  aten::gelu:\n    candidates: [native]\n"
             )
         )
-    run = crash_chip(
-        "torch-fl", "conformance", "run", "crash_chip", "--suite", "workload", "--paths", "vendor", "-n", "1", "--json"
-    )
+    # --add: this subset starts the record the gate reads (without it, a partial record beside it)
+    run = crash_chip(*"torch-fl conformance run crash_chip --suite workload --paths vendor -n 1 --add --json".split())
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     record_file = folder / "records" / Path(json.loads(run.stdout)["record"]).name
     cases = {c.id: c for c in load_evidence(record_file)}

@@ -60,8 +60,8 @@ def run_cmd(
     add: bool = typer.Option(
         False,
         "--add",
-        help="Add the selected cases to the complete record made here, replacing cases of the same id; "
-        "the record changes only when the run completes.",
+        help="Add the selected cases to the complete record made here, replacing cases of the same id, or start "
+        "the record with them where there is none; the record changes only when the run completes.",
     ),
     full: bool = typer.Option(
         False,
@@ -274,7 +274,7 @@ def _print_run(name: str, outcome: RunOutcome) -> None:
     if not outcome.complete:
         note = " [yellow](incomplete: --resume continues it)[/]"
     elif outcome.partial:
-        note = " [yellow](partial: a subset run leaves the complete record beside it as it is)[/]"
+        note = " [yellow](partial: the gate reads only the record beside it; --add adds a subset to the record)[/]"
     console.print(f"record: {escape(str(outcome.record_file))}{note}")
     if outcome.summary_file.is_file():
         console.print(f"summary: {escape(str(outcome.summary_file))}")
