@@ -306,8 +306,9 @@ def destination(options: RunOptions, record_file: Path) -> Path:
     """Where the run's record goes when it completes: the record, unless a subset run (without
     --add) would write it; then beside it. A subset would lose a complete record's validated
     routes, and where there is none it would become the record the gate serves from, unasked (a
-    new chip's first quick check). --add asks for exactly that."""
-    if options.add or not is_subset(options):
+    new chip's first quick check). --add asks for exactly that. A shard's record is never the one
+    the gate reads: the merge of all shards decides where the whole goes."""
+    if options.add or options.shard or not is_subset(options):
         return record_file
     return partial_path(record_file)
 

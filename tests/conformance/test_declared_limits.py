@@ -49,7 +49,20 @@ def limited_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     descriptor.write_text(yaml.safe_dump(data, sort_keys=False))
     env = run_env(FLAGOS_PLATFORM_PATH=str(plats), SWEEP_CHIP_THRESHOLDS=json.dumps(thresholds))
     out = conformance(
-        ["sweep_chip", "--suite", "sweep", "--paths", "native,vendor", "-k", "mm", "-n", "2", "--timeout", "10"],
+        [
+            "sweep_chip",
+            "--suite",
+            "sweep",
+            "--paths",
+            "native,vendor",
+            "-k",
+            "mm",
+            "-n",
+            "2",
+            "--timeout",
+            "10",
+            "--add",
+        ],
         env,
         timeout=1200,
     )
