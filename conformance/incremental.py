@@ -12,7 +12,7 @@ native, so only suites that force an op onto a path (ops, sweep, captured, workl
 vendor kernel, and each such case names its op and path.
 
 `plan` is the run that re-validates a complete record stale only because platform sources
-changed: the items of the changed ops' vendor cases (pytest -k), on the vendor path, added to the
+changed: the items of the changed ops' vendor cases (by node id), on the vendor path, added to the
 record (--add) with those ops' old vendor cases dropped first, so the new verdicts replace them.
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,8 +37,6 @@ from torch_fl.platform.record import (
 EVERY = "*"
 """The op list of a source that decides every vendor case."""
 VENDOR = "vendor"
-_K_NAME = re.compile(r"^[\w:+\-.\[\]\\/]+$")
-"""What pytest -k takes as one name (its expression grammar's `ident`)."""
 
 
 def sources_decide(descriptor: PlatformDescriptor) -> dict[str, list[str]]:
@@ -179,18 +176,12 @@ def _findable(name: str | None, sources: set[str]) -> bool:
 @dataclass(frozen=True)
 class Plan:
     """An incremental run: the changed sources, the ops whose vendor cases they decide, the pytest
-    items that re-run those cases, and their suites."""
+    items (node ids) that re-run those cases, and their suites."""
 
     changed: list[str]
     ops: list[str]
     items: list[str]
     suites: list[str]
-
-    @property
-    def k(self) -> str:
-        """The -k expression selecting the items (-k matches substrings: an item whose name holds
-        one of these runs too, which re-runs more, never less)."""
-        return " or ".join(self.items)
 
     def as_dict(self) -> dict[str, Any]:
         return {"changed": self.changed, "ops": self.ops, "suites": self.suites, "items": len(self.items)}
@@ -235,16 +226,9 @@ def plan(descriptor: PlatformDescriptor, record_file: Path, expected: Binding) -
         return None
     ops = decided_ops(changed, record.sources_decide, sources_decide(descriptor), sorted(vendor.ops))
     rerun = [c for c in cases if c.path == VENDOR and (c.op is None or c.op in ops)]
-    names = sorted({_item_name(c.item) for c in rerun if c.item})
-    if not rerun or any(c.item is None for c in rerun) or not all(_K_NAME.match(n) for n in names):
+    if not rerun or any(c.item is None for c in rerun):
         return None
-    return Plan(changed, ops, names, sorted({c.suite for c in rerun}))
-
-
-def _item_name(nodeid: str) -> str:
-    """`sweep.py::test_sweep[aten::neg-float32]` -> `test_sweep[aten::neg-float32]` (what -k matches)."""
-    head, bracket, params = nodeid.partition("[")
-    return head.split("::")[-1] + bracket + params
+    return Plan(changed, ops, sorted({c.item for c in rerun if c.item}), sorted({c.suite for c in rerun}))
 
 
 def replaced(case: dict[str, Any], ops: frozenset[str]) -> bool:

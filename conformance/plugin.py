@@ -83,6 +83,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="With --fl-add: comma-separated ops whose vendor cases this run re-runs (the record's are dropped).",
     )
     group.addoption("--fl-shard", default=None, help="i/N: run only the items of shard i of N.")
+    group.addoption("--fl-items", default=None, help="A file of node ids, one per line: run only those items.")
     group.addoption(
         "--fl-quiet", action="store_true", default=False, help="Progress as count lines only (no bar, for --json)."
     )
@@ -454,9 +455,12 @@ class Worker:
     ) -> None:
         spec = config.getoption("fl_shard")
         shard = shards.Shard.parse(spec) if spec else None
+        listed = config.getoption("fl_items")
+        only = set(Path(listed).read_text().split("\n")) - {""} if listed else None
         keep, drop = [], []
         for item in items:
             out = item.nodeid in self.done_items or (shard is not None and not shard.holds(item.nodeid))
+            out = out or (only is not None and item.nodeid not in only)
             (drop if out else keep).append(item)
         if drop:
             config.hook.pytest_deselected(items=drop)

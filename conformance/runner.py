@@ -100,6 +100,9 @@ class RunOptions:
     warmup_timeout: float = 900.0
     shard: str | None = None
     """`i/N`: run shard i of N (torch_fl.conformance.shards) into its own record, for `merge`."""
+    items: list[str] | None = None
+    """Only these pytest node ids (an incremental run's: exact, where -k matches substrings and
+    pytest cannot compile an expression of a thousand names)."""
     pytest_args: list[str] = field(default_factory=list)
 
 
@@ -185,7 +188,7 @@ def incremental_plan(options: RunOptions, record_file: Path) -> incremental.Plan
 
 def _as_incremental(options: RunOptions, plan: incremental.Plan) -> RunOptions:
     """The plan's run: its items, on the vendor path, added to the record in place of their old cases."""
-    options.suites, options.paths, options.k = plan.suites, [incremental.VENDOR], plan.k
+    options.suites, options.paths, options.items = plan.suites, [incremental.VENDOR], plan.items
     options.add, options.replace_ops = True, plan.ops
     return options
 
@@ -268,7 +271,11 @@ def _same(given: list[str] | str | None, stored: list[str] | str | None) -> bool
 
 def is_subset(options: RunOptions) -> bool:
     """Does the run check less than everything (-k, some suites, some paths)?"""
-    return bool(options.k) or set(options.suites or SUITES) != set(SUITES) or set(options.paths or PATHS) != set(PATHS)
+    return (
+        bool(options.k or options.items)
+        or set(options.suites or SUITES) != set(SUITES)
+        or set(options.paths or PATHS) != set(PATHS)
+    )
 
 
 def keep_interrupted(options: RunOptions, record_file: Path) -> None:
@@ -311,6 +318,11 @@ def destination(options: RunOptions, record_file: Path) -> Path:
     if options.add or options.shard or not is_subset(options):
         return record_file
     return partial_path(record_file)
+
+
+def items_file(folder: Path) -> Path:
+    """The node ids a run is limited to, one per line, in its run folder."""
+    return folder / "items.txt"
 
 
 def pytest_command(options: RunOptions, record_file: Path, ini: Path, output: Path) -> list[str]:
@@ -391,6 +403,8 @@ def pytest_command(options: RunOptions, record_file: Path, ini: Path, output: Pa
         argv += ["--fl-replace-ops", ",".join(options.replace_ops)]
     if options.shard:
         argv += ["--fl-shard", options.shard]
+    if options.items is not None:
+        argv += ["--fl-items", str(items_file(ini.parent))]
     if options.quiet:
         argv.append("--fl-quiet")
     return argv + list(options.pytest_args)
@@ -451,6 +465,8 @@ def run(options: RunOptions) -> RunOutcome:
         folder.mkdir(parents=True, exist_ok=True)
         ini = folder / "pytest.ini"
         ini.write_text("[pytest]\n")
+        if options.items is not None:
+            items_file(folder).write_text("".join(f"{item}\n" for item in options.items))
         log_file = folder / "pytest.log"
         (folder / journal.WRITTEN).unlink(missing_ok=True)  # an earlier run's word is not this one's
         argv = pytest_command(options, record_file, ini, output)

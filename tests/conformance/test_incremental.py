@@ -135,7 +135,7 @@ def test_an_edited_kernel_file_plans_its_ops_vendor_items(chip: Path) -> None:
         "suites": ["ops", "sweep"],
         "items": 2,
     }
-    assert planned.k == "test_op[abs-float32] or test_sweep[aten::neg-float32]"
+    assert planned.items == ["ops.py::test_op[abs-float32]", "sweep.py::test_sweep[aten::neg-float32]"]
 
 
 def test_an_edited_vendor_module_or_a_new_file_re_runs_every_vendor_op(chip: Path) -> None:
@@ -226,3 +226,19 @@ def test_an_edited_kernel_is_revalidated_alone(chip: Path) -> None:
     gate = Gate.for_platform(descriptor, torch.__version__)
     assert gate.allows("aten::abs", KEY, "vendor") and not gate.allows("aten::neg", KEY, "vendor")
     assert gate.allows("aten::relu", KEY, "vendor")
+
+
+def test_a_plan_of_a_thousand_items_selects_them_exactly(tmp_path: Path) -> None:
+    """An edit of the vendor module decides the items of every vendor op: over a thousand on a
+    host_ref-like chip. As a -k expression pytest cannot compile them (recursion), and -k matches
+    substrings; the run passes the node ids in a file the plugin selects by."""
+    from _pytest.mark.expression import Expression
+
+    from conformance.runner import RunOptions, items_file, pytest_command
+
+    ids = [f"ops.py::test_op[op{i}-float32]" for i in range(1500)]
+    with pytest.raises(RecursionError):
+        Expression.compile(" or ".join(i.split("::")[1] for i in ids))
+    options = RunOptions(platform="host_ref", add=True, paths=["vendor"], items=ids)
+    argv = pytest_command(options, tmp_path / "torch-2.13.json", tmp_path / "pytest.ini", tmp_path / "out.json")
+    assert "-k" not in argv and argv[argv.index("--fl-items") + 1] == str(items_file(tmp_path))
