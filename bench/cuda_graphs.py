@@ -113,7 +113,7 @@ def graph_counts() -> dict[str, int]:
     recorded = 0
     manager = get_manager(0, create_if_none_exists=False)
     if manager is not None:
-        nodes = [node for roots in manager.roots.values() for node in roots]
+        nodes = [node for roots in (manager.roots or {}).values() for node in roots]
         while nodes:
             node = nodes.pop()
             recorded += 1

@@ -312,6 +312,24 @@ def test_over_backing_hands_the_graph_machinery_backing_tensors_and_the_model_fl
     assert seen["machinery"] == [[BACKING, BACKING]] * 3
 
 
+@pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
+def test_outputs_over_one_buffer_reach_the_graph_machinery_as_one_storage():
+    """An output over an input's buffer shares the storage object of the input the machinery gave
+    (the tree manager tells such outputs by storage object), and outputs over one new buffer share
+    one storage object."""
+    from torch_fl.runtime import as_backing
+
+    given = [as_backing(torch.arange(12.0, device="flagos").view(3, 4)), 7]
+    x = torch_fl.runtime.as_flagos(given[0])
+    y = torch.ones(8, device="flagos")
+    convert = inductor._shared_aliases(given, as_backing)
+    view_of_input, y0, y1 = convert(x[1:, ::2]), convert(y[:4]), convert(y[4:].view(2, 2))
+    assert view_of_input.untyped_storage()._cdata == given[0].untyped_storage()._cdata
+    assert view_of_input.tolist() == [[4.0, 6.0], [8.0, 10.0]] and view_of_input.device.type == BACKING
+    assert y0.untyped_storage()._cdata == y1.untyped_storage()._cdata != view_of_input.untyped_storage()._cdata
+    assert y1.storage_offset() == 4 and y1.shape == (2, 2) and y0.device.type == BACKING
+
+
 def _deep_mlp(width: int, layers: int) -> nn.Module:
     blocks: list[nn.Module] = []
     for _ in range(layers):
@@ -326,7 +344,7 @@ def _recorded_cuda_graphs(device_index: int = 0) -> int:
     manager = get_manager(device_index, create_if_none_exists=False)
     if manager is None:
         return 0
-    nodes = [node for roots in manager.roots.values() for node in roots]
+    nodes = [node for roots in (manager.roots or {}).values() for node in roots]
     count = 0
     while nodes:
         node = nodes.pop()

@@ -494,15 +494,17 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
     wrapped: Callable[..., Any] | None = None
 
     def on_flagos(inputs: list[Any]) -> Any:
-        args = list(inputs)
+        # Runs only when the machinery warms up or records (a replay runs the graph, not this).
+        given = list(inputs)
         inputs.clear()
+        args = list(given)
         for i in flagos_inputs:
             args[i] = as_flagos(args[i])
         outputs = model(args)
         flagos_outputs[:] = [
             i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.device.type == FLAGOS
         ]
-        return _replace(outputs, flagos_outputs, as_backing)
+        return _replace(outputs, flagos_outputs, _shared_aliases(given, as_backing))
 
     def run(inputs: list[Any]) -> Any:
         nonlocal wrapped
@@ -518,6 +520,31 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         return _replace(wrapped(args_), flagos_outputs, as_flagos)
 
     return run
+
+
+def _shared_aliases(given: list[Any], as_backing: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Any], Any]:
+    """Converts flagos outputs to backing tensors so that outputs over one buffer share one storage
+    object, and an output over an input's buffer shares the storage of the input the machinery
+    gave: the tree manager tells an output over an input's memory (not its pool's), and whether a
+    buffer is still alive, by storage object, where a zero-copy alias per output would make one."""
+    by_buffer = {
+        x.untyped_storage().data_ptr(): x.untyped_storage()
+        for x in given
+        if isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr()
+    }
+
+    def convert(output: torch.Tensor) -> torch.Tensor:
+        buffer = output.untyped_storage().data_ptr()
+        storage = by_buffer.get(buffer)
+        if storage is None or storage.nbytes() < output.untyped_storage().nbytes():
+            alias = as_backing(output)
+            if buffer:
+                by_buffer[buffer] = alias.untyped_storage()
+            return alias
+        view = torch.empty(0, dtype=output.dtype, device=storage.device)
+        return view.set_(storage, output.storage_offset(), output.size(), output.stride())
+
+    return convert
 
 
 def _replace(values: Any, positions: list[int], convert: Callable[[Any], Any]) -> Any:
