@@ -30,6 +30,7 @@ import argparse
 import faulthandler
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -289,11 +290,19 @@ class Deadline:
     def expire(self) -> None:
         self.expired = True
         for side in self.sides:
-            if side.proc.poll() is None:
-                side.proc.kill()
+            kill(side)
 
     def cancel(self) -> None:
         self.timer.cancel()
+
+
+def kill(side: Side) -> None:
+    """Ends a side and what it started (its compile workers hold its output pipe open): the side
+    leads its own process group (Side(session=True))."""
+    try:
+        os.killpg(side.proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def run_case(case: str, sides: dict[str, Side], dims: Dims, runs: int, rounds: int) -> dict:
@@ -350,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             side_env(name, "tuned", table),
             scratch / f"{name}.log",
             wait=False,
+            session=True,
         )
         for name in ("plain", "flagos")
     }
@@ -374,8 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         deadline.cancel()
         for side in sides.values():
-            if side.proc.poll() is None:
-                side.proc.kill()
+            kill(side)
     print(report(info, results))
     elapsed = round(time.perf_counter() - started, 1)
     status = 2 if deadline.expired else (0 if all(r.get("ok") for r in results) else 1)

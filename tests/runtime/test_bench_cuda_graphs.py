@@ -68,7 +68,9 @@ def test_mlp_outputs_agree_within_bf16_tolerance(bench: ModuleType) -> None:
 
 
 def test_deadline_kills_a_hung_side(bench: ModuleType, tmp_path: Path) -> None:
-    hung = bench.Side([sys.executable, "-c", "import time; time.sleep(60)"], {}, tmp_path / "hung.log", wait=False)
+    # The side starts a child that holds its output open, as inductor's compile workers do.
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    hung = bench.Side([sys.executable, "-c", code], {}, tmp_path / "hung.log", wait=False, session=True)
     started = time.perf_counter()
     deadline = bench.Deadline(0.5, [hung])
     assert hung.wait() is None and deadline.expired

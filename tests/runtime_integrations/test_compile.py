@@ -253,7 +253,7 @@ def test_cudagraph_gate_reads_one_flagos_device_as_its_cuda_device():
     check = check or cudagraph_utils.check_multiple_devices_or_any_cpu_nodes
     node = object()
     assert inductor._flagos_as_cuda({torch.device("flagos", 1): node}) == {torch.device("cuda", 1): node}
-    assert check(inductor._flagos_as_cuda({torch.device("flagos", 0): node, torch.device("meta"): node})) is None
+    assert check(inductor._flagos_as_cuda({torch.device("flagos", 0): node})) is None
     # Beside a real CUDA device, or another flagos device, the graph spans devices: no graphs.
     both = {torch.device("flagos", 0): node, torch.device("cuda", 0): node}
     assert inductor._flagos_as_cuda(both) == both
