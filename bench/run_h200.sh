@@ -21,6 +21,8 @@
 #   workload     the conformance workload suite (and $ADD_SUITES), added to the tracked record (--add; copy it back)
 #   profile      bench/host_profile.py small and large
 #   dispatch     bench/dispatch_overhead.py
+#   graphs       bench/cuda_graphs.py: reduce-overhead (CUDA graphs) MLP and static-cache decoding,
+#                flagos against plain CUDA ($GRAPHS_ARGS)
 #   zoo          bench/model_zoo.py: public architectures, train / prefill / decode, plain CUDA against
 #                flagos tuned and native-only ($ZOO_MODELS: a comma-separated subset; $ZOO_ARGS)
 set -u
@@ -100,6 +102,7 @@ for stage in ${STAGES:-tests}; do
       cp $RECORDS/torch-2.11.json $RECORDS/torch-2.11.md "$OUT/" ;;
     profile) for c in ${CONFIGS:-small large}; do timeout $(( $(left) / 2 )) $PY bench/host_profile.py --config "$c" --steps 5; done ;;
     dispatch) timeout $(( $(left) )) $PY bench/dispatch_overhead.py ;;
+    graphs) timeout $(( $(left) )) $PY bench/cuda_graphs.py --json "$OUT/cuda_graphs.json" ${GRAPHS_ARGS:-} ;;
     zoo) timeout $(( $(left) )) $PY bench/model_zoo.py ${ZOO_MODELS:+--models $ZOO_MODELS} --json "$OUT/zoo.json" \
         ${ZOO_ARGS:-} ;;
     *) echo "unknown stage $stage" ;;

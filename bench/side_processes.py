@@ -151,10 +151,18 @@ class Side:
     """The parent's handle on one side's process. Its first reply says it is ready (`ready`; None if
     it failed): awaited here, or with `wait()` where sides start concurrently. A side whose process
     dies (a kernel that faults the device, say) is marked failed; the others go on. `cpus`: the
-    cores the process (and every thread it starts) runs on."""
+    cores the process (and every thread it starts) runs on. `session`: the process leads a process
+    group of its own, so that killing the group ends what it started too (compile workers that
+    hold its output open)."""
 
     def __init__(
-        self, command: list[str], env: dict[str, str], log: Path, wait: bool = True, cpus: set[int] | None = None
+        self,
+        command: list[str],
+        env: dict[str, str],
+        log: Path,
+        wait: bool = True,
+        cpus: set[int] | None = None,
+        session: bool = False,
     ) -> None:
         self.log = log
         self.failed: str | None = None
@@ -168,6 +176,7 @@ class Side:
                 stderr=out,
                 text=True,
                 preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+                start_new_session=session,
             )
         if wait:
             self.wait()

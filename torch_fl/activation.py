@@ -172,7 +172,9 @@ def activate(name: Optional[str] = None) -> ActivePlatform:
     routing.enforce(env.flag("FLAGOS_STRICT"))  # before anything starts: never half-active
     amp_dtypes = [getattr(torch, d) for d in descriptor.capabilities.amp_dtypes]
     dtypes = [getattr(torch, d) for d in descriptor.capabilities.dtypes]
-    runtime.start(descriptor.backing.device, descriptor.backing.virtual_devices or 1, amp_dtypes, dtypes)
+    runtime.start(
+        descriptor.backing.device, descriptor.backing.virtual_devices or 1, amp_dtypes, dtypes, descriptor.name
+    )
     active = ActivePlatform(descriptor, selection, gate)
     for message in [gate.warning()] + [f"torch_fl: {p}" for p in routing.problems]:
         if message:

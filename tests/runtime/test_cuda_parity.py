@@ -3,6 +3,7 @@ device's answer on a CUDA backing and a host device's on the host; the rest is l
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from pathlib import Path
@@ -87,3 +88,68 @@ def test_cuda_backing_answers_are_the_backings():
     assert torch.flagos.get_device_properties(0).name == torch.cuda.get_device_properties(0).name
     assert torch.flagos.get_arch_list() == torch.cuda.get_arch_list()
     assert torch.flagos.is_tf32_supported() == (torch.cuda.get_device_capability() >= (8, 0))
+
+
+GRAPH_API = ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle")
+
+
+def test_graph_api_is_torch_cudas():
+    assert set(GRAPH_API) | {"is_current_stream_capturing"} <= set(torch.flagos.__all__)
+    assert issubclass(torch.flagos.CUDAGraph, torch.cuda.CUDAGraph)
+    assert issubclass(torch.flagos.graph, torch.cuda.graph)
+
+
+def _call_graph_api(name: str):
+    if name == "graph":
+        return torch.flagos.graph(None)
+    if name == "make_graphed_callables":
+        return torch.flagos.make_graphed_callables(torch.nn.Linear(2, 2), (torch.ones(1, 2),))
+    return getattr(torch.flagos, name)()
+
+
+@pytest.mark.backing_cpu
+@pytest.mark.parametrize("name", GRAPH_API)
+def test_host_graph_api_names_the_platform_and_its_backing(name):
+    with pytest.raises(NotImplementedError, match=rf"torch\.flagos\.{name}: .*'host_ref' is backed by 'cpu'"):
+        _call_graph_api(name)
+
+
+@pytest.mark.backing_cuda
+def test_cuda_backing_captures_and_replays_flagos_work():
+    x = torch.randn(64, 64, device="flagos")
+    w = torch.randn(64, 64, device="flagos")
+    side = torch.flagos.Stream()
+    side.wait_stream(torch.flagos.current_stream())
+    with torch.flagos.stream(side):
+        y = (x @ w).relu()  # warm-up outside the capture, as torch.cuda asks
+    torch.flagos.current_stream().wait_stream(side)
+    g = torch.flagos.CUDAGraph()
+    assert isinstance(g, torch.cuda.CUDAGraph)
+    with torch.flagos.graph(g, pool=torch.flagos.graph_pool_handle(), stream=torch.flagos.Stream()):
+        assert torch.flagos.is_current_stream_capturing()
+        y = (x @ w).relu()
+    assert not torch.flagos.is_current_stream_capturing()
+    assert y.device.type == "flagos"
+    for _ in range(2):
+        x.copy_(torch.randn(64, 64, device="flagos"))
+        g.replay()
+        torch.flagos.synchronize()
+        torch.testing.assert_close(y, (x @ w).relu(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.backing_cuda
+def test_cuda_backing_make_graphed_callables_trains_on_flagos():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to("flagos")
+    reference = copy.deepcopy(model)
+    x = torch.randn(8, 16, device="flagos", requires_grad=True)
+    graphed = torch.flagos.make_graphed_callables(model, (x,))
+    for _ in range(2):
+        inp = torch.randn(8, 16, device="flagos")
+        out = graphed(inp)
+        out.sum().backward()
+        expected = reference(inp)
+        expected.sum().backward()
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)

@@ -240,3 +240,150 @@ def test_triton_mlp_trains_three_steps_like_eager():
     eager = _train_losses(copy.deepcopy(base).to("flagos"), x)
     compiled = _train_losses(torch.compile(copy.deepcopy(base).to("flagos")), x)
     torch.testing.assert_close(compiled, eager, rtol=1e-3, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# mode="reduce-overhead": inductor's CUDA graph trees over flagos graphs
+
+
+def test_cudagraph_gate_reads_one_flagos_device_as_its_cuda_device():
+    from torch._inductor import cudagraph_utils
+
+    check = getattr(cudagraph_utils.check_multiple_devices_or_any_cpu_nodes, "__wrapped__", None)
+    check = check or cudagraph_utils.check_multiple_devices_or_any_cpu_nodes
+    node = object()
+    assert inductor._flagos_as_cuda({torch.device("flagos", 1): node}) == {torch.device("cuda", 1): node}
+    assert check(inductor._flagos_as_cuda({torch.device("flagos", 0): node})) is None
+    # Beside a real CUDA device, or another flagos device, the graph spans devices: no graphs.
+    both = {torch.device("flagos", 0): node, torch.device("cuda", 0): node}
+    assert inductor._flagos_as_cuda(both) == both
+    assert "multiple devices" in check(inductor._flagos_as_cuda(both))
+    assert "multiple devices" in check(inductor._flagos_as_cuda({torch.device("flagos", i): node for i in (0, 1)}))
+
+
+@pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
+def test_over_backing_hands_the_graph_machinery_backing_tensors_and_the_model_flagos_ones():
+    """The boundary of `over_backing`, against a stand-in for cudagraphify that records on the
+    first call and replays its own static outputs after (as the tree manager does)."""
+    seen: dict[str, list] = {"machinery": [], "model": []}
+
+    def fake_cudagraphify(model, static_input_idxs=(), **kwargs):
+        assert all(c.device.type == BACKING for c in kwargs["constants"])
+        static: list = []
+
+        def run(inputs):
+            seen["machinery"].append([x.device.type for x in inputs if isinstance(x, torch.Tensor)])
+            if not static:
+                copies = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+                inputs.clear()
+                static.append(list(copies))
+                static.append(model(copies))
+                assert not copies, "the model empties its input list"
+            else:  # a replay: new inputs into the static ones, the graph's work into the static outputs
+                for dst, src in zip(static[0], inputs):
+                    if isinstance(src, torch.Tensor):
+                        dst.copy_(src)
+                inputs.clear()
+                for dst, src in zip(static[1], model(list(static[0]))):
+                    if isinstance(dst, torch.Tensor):
+                        dst.copy_(src)
+            return list(static[1])
+
+        return run
+
+    def model(args):
+        seen["model"].append([x.device.type for x in args if isinstance(x, torch.Tensor)])
+        x, w, n = args
+        args.clear()
+        return (x @ w, n + 1, torch.zeros(1))
+
+    constant = torch.ones(2, device="flagos")
+    run = inductor.over_backing(fake_cudagraphify, model, (1,), constants=(constant,))
+    w = torch.randn(4, 4, device="flagos")
+    for step in range(3):
+        x = torch.randn(3, 4, device="flagos")
+        inputs = [x, w, step]
+        out = run(inputs)
+        assert inputs == [], "run empties its input list"
+        assert isinstance(out, list) and out[0].device.type == "flagos" and out[2].device.type == "cpu"
+        torch.testing.assert_close(out[0], x @ w)
+        assert out[1] == 1  # recorded with step 0: a replay returns the static outputs
+    assert seen["model"] == [["flagos", "flagos"]] * 3
+    assert seen["machinery"] == [[BACKING, BACKING]] * 3
+
+
+@pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
+def test_outputs_over_one_buffer_reach_the_graph_machinery_as_one_storage():
+    """An output over an input's buffer shares the storage object of the input the machinery gave
+    (the tree manager tells such outputs by storage object), and outputs over one new buffer share
+    one storage object."""
+    from torch_fl.runtime import as_backing
+
+    given = [as_backing(torch.arange(12.0, device="flagos").view(3, 4)), 7]
+    x = torch_fl.runtime.as_flagos(given[0])
+    y = torch.ones(8, device="flagos")
+    convert = inductor._shared_aliases(given, as_backing)
+    view_of_input, y0, y1 = convert(x[1:, ::2]), convert(y[:4]), convert(y[4:].view(2, 2))
+    assert view_of_input.untyped_storage()._cdata == given[0].untyped_storage()._cdata
+    assert view_of_input.tolist() == [[4.0, 6.0], [8.0, 10.0]] and view_of_input.device.type == BACKING
+    assert y0.untyped_storage()._cdata == y1.untyped_storage()._cdata != view_of_input.untyped_storage()._cdata
+    assert y1.storage_offset() == 4 and y1.shape == (2, 2) and y0.device.type == BACKING
+
+
+def _deep_mlp(width: int, layers: int) -> nn.Module:
+    blocks: list[nn.Module] = []
+    for _ in range(layers):
+        blocks += [nn.Linear(width, width), nn.GELU()]
+    return nn.Sequential(*blocks)
+
+
+def _recorded_cuda_graphs(device_index: int = 0) -> int:
+    """CUDA graphs the tree manager of the device has recorded (nodes of its trees)."""
+    from torch._inductor.cudagraph_trees import get_manager
+
+    manager = get_manager(device_index, create_if_none_exists=False)
+    if manager is None:
+        return 0
+    nodes = [node for roots in (manager.roots or {}).values() for node in roots]
+    count = 0
+    while nodes:
+        node = nodes.pop()
+        count += 1
+        nodes += [child for children in node.children.values() for child in children]
+    return count
+
+
+@pytest.mark.cuda
+@cuda_backing
+def test_reduce_overhead_captures_cuda_graphs_of_a_bf16_mlp_on_flagos():
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    torch.manual_seed(0)
+    model = _deep_mlp(512, 8).to("flagos", torch.bfloat16).eval()
+    compiled = torch.compile(model, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(4):  # warm-up, record, then replays
+            x = torch.randn(32, 512, device="flagos", dtype=torch.bfloat16)
+            out = compiled(x)
+            assert out.device.type == "flagos"
+            torch.testing.assert_close(out, model(x), rtol=2e-2, atol=2e-2)
+            del out
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    assert _recorded_cuda_graphs() >= 1
+
+
+@pytest.mark.cuda
+@cuda_backing
+def test_reduce_overhead_trains_like_eager_with_cuda_graphs_on_flagos():
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    torch.manual_seed(0)
+    base = MLP(256)
+    x = torch.randn(64, 256).to("flagos")
+    eager = _train_losses(copy.deepcopy(base).to("flagos"), x, steps=4)
+    compiled = _train_losses(torch.compile(copy.deepcopy(base).to("flagos"), mode="reduce-overhead"), x, steps=4)
+    torch.testing.assert_close(compiled, eager, rtol=1e-3, atol=1e-4)
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    assert _recorded_cuda_graphs() >= 2  # forward and backward

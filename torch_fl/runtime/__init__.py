@@ -35,10 +35,12 @@ def start(
     host_devices: int = 2,
     amp_dtypes: list[torch.dtype] | None = None,
     dtypes: list[torch.dtype] | None = None,
+    platform: str = "",
 ) -> ModuleType:
     """Registers the flagos device backed by `backing` ("cpu" or "cuda"). Idempotent.
 
-    `dtypes` are the platform's declared dtypes, reported by torch.accelerator.get_device_capability().
+    `dtypes` are the platform's declared dtypes, reported by torch.accelerator.get_device_capability();
+    `platform` is the platform's name, which messages (such as the graph API's refusal) give.
 
     A start that failed part-way can be retried: what completed (the core, which can be set up
     once per process) is kept, and the remaining steps run again.
@@ -55,6 +57,8 @@ def start(
             f"this runtime supports the backings {SUPPORTED_BACKINGS}; the platform asks for '{backing}'"
         )
     loaded = _register_device(backing, host_devices, amp_dtypes)
+    if platform:
+        device_core.name_platform(platform)
     if dtypes:
         loaded.set_supported_dtypes(dtypes)
     from torch_fl.runtime import cuda_alias, data_parallel, distributed, flex_attention, inductor, sharing

@@ -8,7 +8,9 @@
   current CUDA stream, which is the current flagos stream; "flagos" joins inductor's GPU types,
   the wrapper's device operations are CUDA's, dynamo's device interface forwards hardware queries
   to torch.cuda, and the device properties handed to Triton say "cuda" (Triton compiles for a
-  target it knows; the pointers it receives are CUDA memory labelled flagos).
+  target it knows; the pointers it receives are CUDA memory labelled flagos). CUDA graphs
+  (`mode="reduce-overhead"`, inductor's cudagraph trees) capture flagos graphs too: see
+  `_register_cudagraphs`.
 
 Registration is lazy (see `register`): it costs nothing at start-up, and dynamo and inductor are
 extended when PyTorch first loads them.
@@ -359,6 +361,7 @@ def _register_cuda_codegen() -> None:
     # flagos:i is cuda:i with another label: the wrapper's streams, guards and syncs are CUDA's.
     register_device_op_overrides(FLAGOS, get_device_op_overrides("cuda"))
     _report_cuda_to_triton()
+    _register_cudagraphs()
 
 
 def _prefer_flagos_as_gpu_type(inductor_utils: Any) -> None:
@@ -409,3 +412,146 @@ def _report_cuda_to_triton() -> None:
 
     create_for_flagos._flagos = True
     hints.DeviceProperties.create = classmethod(create_for_flagos)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA graphs (mode="reduce-overhead") for flagos graphs on a CUDA backing
+
+
+def _register_cudagraphs() -> None:
+    """Lets inductor's CUDA graphs (cudagraph trees) wrap compiled flagos graphs.
+
+    Two things keep them from flagos otherwise, both tied to the device type "cuda":
+
+    1. the gate: a compiled graph is cudagraphed only if all its tensors are on one device of type
+       "cuda" (`cudagraph_utils.check_multiple_devices_or_any_cpu_nodes`), else inductor logs
+       "skipping cudagraphs due to multiple devices: device(type='flagos', index=0)";
+    2. the tree manager handles CUDA tensors only: it asserts `is_cuda` on recorded outputs, and
+       rebuilds replayed outputs with `torch._C._construct_CUDA_Tensor_From_Storage_And_Metadata`,
+       which always gives a tensor CUDA dispatch keys (a flagos storage there would make a tensor
+       labelled flagos that dispatches to CUDA kernels).
+
+    So the gate accepts one flagos device as the CUDA device of the same index (never beside a
+    real CUDA device), and `compile_fx.cudagraphify` (which both the whole-graph and the
+    partitioned paths import from compile_fx when they wrap a graph) gets a boundary, for flagos
+    graphs only: the tree manager receives and returns zero-copy CUDA aliases of the flagos
+    tensors (same memory, so its data-pointer checks, static inputs and memory pool hold), and
+    the compiled graph inside still receives and returns flagos tensors. Capturing flagos work in
+    a CUDA graph needs nothing more: flagos kernels run on the current CUDA stream and flagos
+    memory comes from CUDA's caching allocator, whose capture pools it thereby joins.
+    """
+    import torch._inductor.compile_fx as compile_fx
+    import torch._inductor.cudagraph_utils as cudagraph_utils
+
+    check = cudagraph_utils.check_multiple_devices_or_any_cpu_nodes
+    if not getattr(check, "_flagos", False):
+
+        def check_devices(device_node_mapping: dict[torch.device, Any]) -> str | None:
+            return check(_flagos_as_cuda(device_node_mapping))
+
+        check_devices._flagos = True
+        cudagraph_utils.check_multiple_devices_or_any_cpu_nodes = check_devices
+
+    cudagraphify = compile_fx.cudagraphify
+    if not getattr(cudagraphify, "_flagos", False):
+
+        @functools.wraps(cudagraphify)
+        def cudagraphify_flagos(model: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+            return over_backing(cudagraphify, model, *args, **kwargs)
+
+        cudagraphify_flagos._flagos = True
+        compile_fx.cudagraphify = cudagraphify_flagos
+
+
+def _flagos_as_cuda(device_node_mapping: dict[torch.device, Any]) -> dict[torch.device, Any]:
+    """The mapping with flagos:i read as cuda:i, unless a real CUDA device is in it too."""
+    if any(d.type == "cuda" for d in device_node_mapping):
+        return device_node_mapping
+    return {torch.device("cuda", d.index) if d.type == FLAGOS else d: n for d, n in device_node_mapping.items()}
+
+
+def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`cudagraphify(model, ...)` with the backing's tensors at its boundary, for flagos graphs.
+
+    Both callables take inductor's boxed calling convention: one list of inputs, which the callee
+    empties. Each call hands the CUDA graph machinery (`cudagraphify`'s function) CUDA aliases of
+    the flagos inputs; `model` gets flagos aliases of what the machinery passes it (its own copies
+    while recording, which become its graph's inputs), and the outputs `model` gave as flagos
+    tensors are handed back as flagos aliases of what the machinery returns (on a replay, its
+    graph's static outputs). Which inputs are flagos is read from the first call (a compiled
+    graph's input devices are fixed by its guards); a graph without flagos tensors goes through as is.
+
+    One check of the tree manager does not reach through the boundary: when a later replay
+    overwrites an output that the program still holds, CUDA raises on access to the stale tensor
+    (its storage is marked); the flagos alias of it reads the overwritten memory instead.
+    """
+    from torch_fl.runtime import as_backing, as_flagos
+
+    if "constants" in kwargs:
+        kwargs["constants"] = tuple(as_backing(c) if isinstance(c, torch.Tensor) else c for c in kwargs["constants"])
+    flagos_inputs: list[int] = []  # positions of flagos tensors among the inputs
+    flagos_outputs: list[int] = []  # positions of flagos tensors among model's outputs
+    wrapped: Callable[..., Any] | None = None
+
+    def on_flagos(inputs: list[Any]) -> Any:
+        # Runs only when the machinery warms up or records (a replay runs the graph, not this).
+        given = list(inputs)
+        inputs.clear()
+        args = list(given)
+        for i in flagos_inputs:
+            args[i] = as_flagos(args[i])
+        outputs = model(args)
+        flagos_outputs[:] = [
+            i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.device.type == FLAGOS
+        ]
+        return _replace(outputs, flagos_outputs, _shared_aliases(given, as_backing))
+
+    def run(inputs: list[Any]) -> Any:
+        nonlocal wrapped
+        if wrapped is None:
+            flagos_inputs[:] = [
+                i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.device.type == FLAGOS
+            ]
+            wrapped = cudagraphify(on_flagos, *args, **kwargs)
+        args_ = list(inputs)
+        inputs.clear()
+        for i in flagos_inputs:
+            args_[i] = as_backing(args_[i])
+        return _replace(wrapped(args_), flagos_outputs, as_flagos)
+
+    return run
+
+
+def _shared_aliases(given: list[Any], as_backing: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Any], Any]:
+    """Converts flagos outputs to backing tensors so that outputs over one buffer share one storage
+    object, and an output over an input's buffer shares the storage of the input the machinery
+    gave: the tree manager tells an output over an input's memory (not its pool's), and whether a
+    buffer is still alive, by storage object, where a zero-copy alias per output would make one."""
+    by_buffer = {
+        x.untyped_storage().data_ptr(): x.untyped_storage()
+        for x in given
+        if isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr()
+    }
+
+    def convert(output: torch.Tensor) -> torch.Tensor:
+        buffer = output.untyped_storage().data_ptr()
+        storage = by_buffer.get(buffer)
+        if storage is None or storage.nbytes() < output.untyped_storage().nbytes():
+            alias = as_backing(output)
+            if buffer:
+                by_buffer[buffer] = alias.untyped_storage()
+            return alias
+        view = torch.empty(0, dtype=output.dtype, device=storage.device)
+        return view.set_(storage, output.storage_offset(), output.size(), output.stride())
+
+    return convert
+
+
+def _replace(values: Any, positions: list[int], convert: Callable[[Any], Any]) -> Any:
+    """`values` (a list or tuple) with `convert` applied at `positions`, of the same type."""
+    if not positions:
+        return values
+    converted = list(values)
+    for i in positions:
+        converted[i] = convert(converted[i])
+    return tuple(converted) if isinstance(values, tuple) else converted

@@ -1,10 +1,17 @@
 """`torch.flagos`: the device module, named and shaped like `torch.cuda`.
 
-Each concern lives in its own module (device management, properties, random, memory, streams, amp); this
-package re-exports them so `torch.flagos.<name>` reads like `torch.cuda.<name>`.
+Each concern lives in its own module (device management, properties, random, memory, streams, graphs,
+amp); this package re-exports them so `torch.flagos.<name>` reads like `torch.cuda.<name>`.
 """
 
 from torch_fl.runtime.device.amp import get_amp_supported_dtype, is_bf16_supported
+from torch_fl.runtime.device.graphs import (
+    CUDAGraph,
+    graph,
+    graph_pool_handle,
+    is_current_stream_capturing,
+    make_graphed_callables,
+)
 from torch_fl.runtime.device.management import (
     _is_in_bad_fork as _is_in_bad_fork,  # asked for by PyTorch's device-module protocol
 )
@@ -61,12 +68,12 @@ from torch_fl.runtime.device.streams import (
     Stream,
     current_stream,
     default_stream,
-    is_current_stream_capturing,
     set_stream,
     stream,
 )
 
 __all__ = [
+    "CUDAGraph",
     "Event",
     "OutOfMemoryError",
     "Stream",
@@ -86,6 +93,8 @@ __all__ = [
     "get_device_name",
     "get_rng_state",
     "get_rng_state_all",
+    "graph",
+    "graph_pool_handle",
     "init",
     "initial_seed",
     "ipc_collect",
@@ -94,6 +103,7 @@ __all__ = [
     "is_current_stream_capturing",
     "is_initialized",
     "is_tf32_supported",
+    "make_graphed_callables",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",

@@ -10,6 +10,7 @@ from torch_fl.runtime import standby
 
 _core: ModuleType | None = None
 _backing: str = "cpu"
+_platform: str = ""
 
 
 def bind(core: ModuleType, backing: str) -> None:
@@ -27,6 +28,17 @@ def core() -> ModuleType:
 
 def backing() -> str:
     return _backing
+
+
+def name_platform(name: str) -> None:
+    """Records the active platform's name, for messages (the runtime itself is generic over it)."""
+    global _platform
+    _platform = name
+
+
+def platform() -> str:
+    """The active platform's name, as the activation gave it ("" when started without one)."""
+    return _platform or f"<a platform on '{_backing}'>"
 
 
 def index(device: torch.device | str | int | None = None) -> int:

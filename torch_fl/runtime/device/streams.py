@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from torch_fl.runtime.device.core import backing, index
+from torch_fl.runtime.device.core import index
 
 
 # Factories rather than subclasses: PyTorch's Event methods accept only torch.Event itself.
@@ -49,8 +49,3 @@ def stream(s: torch.Stream | None) -> Iterator[None]:
         yield
     finally:
         torch.accelerator.set_stream(previous)
-
-
-def is_current_stream_capturing() -> bool:
-    """Whether the current stream records a graph (the host device has no graphs)."""
-    return backing() == "cuda" and torch.cuda.is_current_stream_capturing()

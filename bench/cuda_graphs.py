@@ -1,0 +1,406 @@
+"""CUDA graphs on flagos against plain CUDA, side by side (a board with CUDA; flagos on a CUDA backing).
+
+    FLAGOS_PLATFORM=nvidia_h200 python bench/cuda_graphs.py
+    FLAGOS_PLATFORM=nvidia_h200 python bench/cuda_graphs.py --cases mlp --rounds 7 --json out.json
+
+Two sides, each a live process (bench/side_processes.py): plain CUDA (it never imports torch_fl)
+and flagos with the platform's routes. Both build each case from the same seeded CPU weights, warm
+it up (compile, CUDA graph recording), then the timed rounds interleave across the sides and the
+medians are compared, each ratio with a 95% bootstrap interval over the rounds (paired).
+
+Cases, both under `torch.compile(mode="reduce-overhead")` (inductor's CUDA graph trees):
+
+    mlp     an 8-layer bf16 MLP (Linear + GELU, --width, batch --batch), inference: us per call
+    decode  greedy decoding of a small randomly initialised Llama (transformers, bf16) with a
+            static KV cache: `model.forward = torch.compile(model.forward, mode="reduce-overhead")`
+            and `generate(..., cache_implementation="static", disable_compile=True)` on both sides
+            (transformers would otherwise compile the forward itself on "cuda" only): tokens/s,
+            the prompt's prefill included
+
+Each side reports how many CUDA graphs inductor recorded and how many it skipped (the inductor
+counter `cudagraph_skips`); a case passes only with graphs recorded and none skipped on both
+sides, MLP outputs that agree (relative 2e-2, bf16) and equal generated tokens. The exit status
+is 1 when a case fails or a side dies, 2 when the run passes --timeout (default 150 s): the sides
+are killed then, and each side's log (its faulthandler stacks included) is named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the helpers beside this script, however it is started
+from side_processes import Side, ratio_interval, reply, serve, side_env, timed_without_gc  # noqa: E402
+
+CASES = ("mlp", "decode")
+RTOL = 2e-2  # outputs of the two sides agree within this relative difference (bf16)
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The sizes of both cases (the same on both sides)."""
+
+    width: int = 1024
+    layers: int = 8
+    batch: int = 16
+    hidden: int = 512
+    lm_layers: int = 4
+    prompt: int = 16
+    new_tokens: int = 32
+
+
+def mlp(dims: Dims) -> torch.nn.Module:
+    """The MLP on the CPU, from seed 0: `layers` blocks of Linear(width, width) and GELU."""
+    torch.manual_seed(0)
+    blocks: list[torch.nn.Module] = []
+    for _ in range(dims.layers):
+        blocks += [torch.nn.Linear(dims.width, dims.width), torch.nn.GELU()]
+    return torch.nn.Sequential(*blocks)
+
+
+def llama(dims: Dims) -> torch.nn.Module:
+    """A small Llama on the CPU, from seed 0 (GQA 8 query / 2 key-value heads, 32000 tokens)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=dims.hidden,
+        intermediate_size=dims.hidden * 11 // 4,
+        num_hidden_layers=dims.lm_layers,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config)
+
+
+def generate(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """Greedy decoding with a static KV cache, exactly `new_tokens` tokens per row."""
+    out = model.generate(
+        input_ids=prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        cache_implementation="static",
+        disable_compile=True,  # the compiled forward is ours, alike on both sides
+        pad_token_id=0,
+    )
+    return out[:, -new_tokens:]
+
+
+def graph_counts() -> dict[str, int]:
+    """CUDA graphs inductor's tree manager recorded on device 0, and the cudagraph skips counted."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.cudagraph_trees import get_manager
+
+    recorded = 0
+    manager = get_manager(0, create_if_none_exists=False)
+    if manager is not None:
+        nodes = [node for roots in (manager.roots or {}).values() for node in roots]
+        while nodes:
+            node = nodes.pop()
+            recorded += 1
+            nodes += [child for children in node.children.values() for child in children]
+    return {"recorded": recorded, "skips": int(counters["inductor"]["cudagraph_skips"])}
+
+
+class GraphSide:
+    """One side, in its own process: builds one case at a time, times rounds of it on demand."""
+
+    def __init__(self, side: str, compiled: bool = True, device: str | None = None) -> None:
+        if device is not None:  # the tests' way to run a case's host logic on the CPU
+            self.device, self.sync = device, lambda: None
+        elif side == "flagos":
+            import torch_fl
+            from torch_fl.runtime.device.core import backing
+
+            if not torch_fl.is_active() or backing() != "cuda":
+                sys.exit("flagos on a CUDA backing is not active here (set FLAGOS_PLATFORM, e.g. nvidia_h200)")
+            self.device = "flagos"
+            self.sync: Callable[[], None] = torch.flagos.synchronize
+        else:
+            self.device = "cuda"
+            self.sync = torch.cuda.synchronize
+        self.compiled = compiled
+        self.run: Callable[[], torch.Tensor] | None = None
+
+    def compile(self, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        return torch.compile(fn, mode="reduce-overhead") if self.compiled else fn
+
+    def build(self, case: str, dims: dict) -> dict:
+        """Make the case's `run()` (one MLP call, or one `generate`) and warm it up."""
+        d = Dims(**dims)
+        torch._dynamo.reset()
+        from torch._dynamo.utils import counters
+
+        counters.clear()
+        started = time.perf_counter()
+        if case == "mlp":
+            net = mlp(d).to(self.device, torch.bfloat16).eval()
+            compiled = self.compile(net)
+            x = torch.randn(d.batch, d.width, generator=torch.Generator().manual_seed(1)).to(
+                self.device, torch.bfloat16
+            )
+
+            def run() -> torch.Tensor:
+                with torch.no_grad():
+                    return compiled(x)
+
+            warmup, work = 5, 1
+        else:
+            lm = llama(d).to(self.device, torch.bfloat16).eval()
+            lm.forward = self.compile(lm.forward)
+            prompt = torch.randint(0, 32000, (1, d.prompt), generator=torch.Generator().manual_seed(1)).to(self.device)
+
+            def run() -> torch.Tensor:
+                with torch.no_grad():
+                    return generate(lm, prompt, d.new_tokens)
+
+            warmup, work = 3, d.new_tokens
+        for _ in range(warmup):
+            out = run()
+        self.sync()
+        self.run = run
+        check = out.float().flatten()[:64].tolist() if case == "mlp" else out.flatten().tolist()
+        return {"warmup_s": round(time.perf_counter() - started, 2), "work": work, "check": check, **graph_counts()}
+
+    def round(self, runs: int) -> dict:
+        assert self.run is not None
+        self.sync()
+        with timed_without_gc() as timed:
+            for _ in range(runs):
+                self.run()
+            self.sync()
+        return {"wall_s": timed.wall_s, "cpu_s": timed.cpu_s}
+
+    def finish(self) -> dict:
+        return {"done": True}
+
+
+def serve_side(side: str, timeout: float) -> None:
+    # A hung side leaves its stacks in its log, just before the parent's deadline kills it.
+    faulthandler.dump_traceback_later(max(1.0, timeout - 5), exit=True)
+    bench = GraphSide(side)
+    reply({"ready": True, "device": bench.device, "torch": torch.__version__, "gpu": torch.cuda.get_device_name()})
+    serve({"build": guarded(bench.build), "round": guarded(bench.round), "finish": bench.finish}, "finish")
+
+
+def guarded(command: Callable[..., dict]) -> Callable[..., dict]:
+    """A command whose exception becomes an error reply (the side stays up for the next case)."""
+
+    def call(**arguments: object) -> dict:
+        try:
+            return command(**arguments)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the case
+            traceback.print_exc()
+            return {"error": f"{type(exc).__name__}: {exc}"[:600]}
+
+    return call
+
+
+def agree(case: str, plain: list, flagos: list) -> bool:
+    """Outputs agree: MLP values within RTOL of the largest, generated tokens equal."""
+    if case == "decode":
+        return plain == flagos
+    scale = max((abs(v) for v in plain), default=0.0) or 1.0
+    return len(plain) == len(flagos) and all(abs(a - b) <= RTOL * scale for a, b in zip(plain, flagos))
+
+
+def summarize(case: str, built: dict[str, dict], rounds: dict[str, list[float]], runs: int) -> dict:
+    """A case's numbers: per side the median round as us per call (mlp) or tokens/s (decode), and
+    flagos against plain (a time ratio for mlp, a rate ratio for decode; > 1 means flagos is slower
+    for mlp, faster for decode), with its bootstrap interval; and the case's verdict."""
+    sides: dict[str, dict] = {}
+    for side, walls in rounds.items():
+        per_run = statistics.median(walls) / runs
+        work = built[side]["work"]
+        value = per_run * 1e6 if case == "mlp" else work / per_run
+        sides[side] = {"value": round(value, 2), "recorded": built[side]["recorded"], "skips": built[side]["skips"]}
+    result: dict = {"case": case, "unit": "us/call" if case == "mlp" else "tokens/s", "sides": sides}
+    plain, flagos = rounds["plain"], rounds["flagos"]
+    # The time ratio flagos/plain (mlp), or the rate ratio flagos/plain (decode) = plain/flagos time.
+    interval = ratio_interval(plain, flagos) if case == "decode" else ratio_interval(flagos, plain)
+    ratio = statistics.median(flagos) / statistics.median(plain)
+    result["ratio"] = round(ratio if case == "mlp" else 1 / ratio, 4)
+    result["interval"] = interval
+    problems = []
+    for side in ("plain", "flagos"):
+        if built[side]["recorded"] == 0:
+            problems.append(f"{side}: no CUDA graph recorded")
+        if built[side]["skips"]:
+            problems.append(f"{side}: {built[side]['skips']} cudagraph skips")
+    if not agree(case, built["plain"]["check"], built["flagos"]["check"]):
+        problems.append("outputs differ between plain and flagos")
+    result["problems"] = problems
+    result["ok"] = not problems
+    return result
+
+
+def report(info: dict, results: list[dict]) -> str:
+    lines = [
+        f"CUDA graphs (torch.compile mode='reduce-overhead'): flagos against plain CUDA on {info.get('gpu', '?')}, "
+        f"torch {info.get('torch', '?')}",
+        f"{'case':8s}{'unit':>10s}{'plain':>11s}{'flagos':>11s}{'ratio':>9s}  {'95% interval':16s}graphs p/f  verdict",
+    ]
+    for r in results:
+        if "error" in r:
+            lines.append(f"{r['case']:8s}  FAILED: {r['error']}")
+            continue
+        p, f = r["sides"]["plain"], r["sides"]["flagos"]
+        low_high = "-" if r["interval"] is None else f"[{r['interval'][0]:.3f}, {r['interval'][1]:.3f}]"
+        verdict = "ok" if r["ok"] else "FAILED: " + "; ".join(r["problems"])
+        lines.append(
+            f"{r['case']:8s}{r['unit']:>10s}{p['value']:>11.2f}{f['value']:>11.2f}{r['ratio']:>9.3f}  "
+            f"{low_high:16s}{p['recorded']:>3d}/{f['recorded']:<3d}     {verdict}"
+        )
+    lines.append(
+        "ratio: flagos/plain time per call (mlp: 1.0 is parity, above is slower); flagos/plain tokens/s (decode)"
+    )
+    return "\n".join(lines)
+
+
+class Deadline:
+    """Kills the sides when the run passes `seconds`, so a hang fails the run instead of holding it."""
+
+    def __init__(self, seconds: float, sides: list[Side]) -> None:
+        self.expired = False
+        self.sides = sides
+        self.timer = threading.Timer(seconds, self.expire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def expire(self) -> None:
+        self.expired = True
+        for side in self.sides:
+            kill(side)
+
+    def cancel(self) -> None:
+        self.timer.cancel()
+
+
+def kill(side: Side) -> None:
+    """Ends a side and what it started (its compile workers hold its output pipe open): the side
+    leads its own process group (Side(session=True))."""
+    try:
+        os.killpg(side.proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_case(case: str, sides: dict[str, Side], dims: Dims, runs: int, rounds: int) -> dict:
+    for side in sides.values():
+        side.send("build", case=case, dims=dims.__dict__)
+    built = {name: side.receive() for name, side in sides.items()}
+    for name, reply_ in built.items():
+        if reply_ is None or "error" in reply_:
+            why = sides[name].failed if reply_ is None else reply_["error"]
+            return {"case": case, "error": f"{name} side: {why} (log: {sides[name].log})"}
+    timings: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, side in sides.items():
+            answer = side.ask("round", runs=runs)
+            if answer is None or "error" in answer:
+                why = side.failed if answer is None else answer["error"]
+                return {"case": case, "error": f"{name} side: {why} (log: {side.log})"}
+            timings[name].append(answer["wall_s"])
+    return summarize(case, {name: b for name, b in built.items() if b is not None}, timings, runs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: " + ", ".join(CASES))
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per side (interleaved)")
+    parser.add_argument("--mlp-runs", type=int, default=200, help="MLP calls per round")
+    parser.add_argument("--decode-runs", type=int, default=2, help="generate calls per round")
+    parser.add_argument("--width", type=int, default=Dims.width, help="MLP width")
+    parser.add_argument("--batch", type=int, default=Dims.batch, help="MLP batch")
+    parser.add_argument("--hidden", type=int, default=Dims.hidden, help="Llama hidden size")
+    parser.add_argument("--lm-layers", type=int, default=Dims.lm_layers, help="Llama layers")
+    parser.add_argument("--new-tokens", type=int, default=Dims.new_tokens, help="tokens generated per call")
+    parser.add_argument("--timeout", type=float, default=150.0, help="the whole run's limit in seconds")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--side", choices=("plain", "flagos"), help=argparse.SUPPRESS)  # a side's process
+    args = parser.parse_args(argv)
+    if args.side:
+        serve_side(args.side, args.timeout)
+        return 0
+    cases = [c for c in args.cases.split(",") if c]
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        parser.error(f"unknown cases {unknown}; known: {', '.join(CASES)}")
+    if not os.environ.get("FLAGOS_PLATFORM"):
+        parser.error("set FLAGOS_PLATFORM to the CUDA-backed platform (e.g. nvidia_h200)")
+    dims = Dims(width=args.width, batch=args.batch, hidden=args.hidden, lm_layers=args.lm_layers)
+    dims = Dims(**{**dims.__dict__, "new_tokens": args.new_tokens})
+    scratch = Path(tempfile.mkdtemp(prefix="cuda_graphs_"))
+    table = scratch / "empty_routes.yaml"  # side_env's argument; the "tuned" sides keep routes.yaml
+    started = time.perf_counter()
+    sides = {
+        name: Side(
+            [sys.executable, __file__, "--side", name, "--timeout", str(args.timeout)],
+            side_env(name, "tuned", table),
+            scratch / f"{name}.log",
+            wait=False,
+            session=True,
+        )
+        for name in ("plain", "flagos")
+    }
+    deadline = Deadline(args.timeout, list(sides.values()))
+    results: list[dict] = []
+    info: dict = {}
+    try:
+        for name, side in sides.items():
+            ready = side.wait()
+            if ready is None:
+                results.append({"case": "start", "error": f"{name} side: {side.failed} (log: {side.log})"})
+            else:
+                info = {**ready, **info}
+        if not results:
+            for case in cases:
+                results.append(
+                    run_case(case, sides, dims, args.mlp_runs if case == "mlp" else args.decode_runs, args.rounds)
+                )
+        for side in sides.values():
+            side.send("finish")
+            side.close()
+    finally:
+        deadline.cancel()
+        for side in sides.values():
+            kill(side)
+    print(report(info, results))
+    elapsed = round(time.perf_counter() - started, 1)
+    status = 2 if deadline.expired else (0 if all(r.get("ok") for r in results) else 1)
+    if deadline.expired:
+        print(f"TIMED OUT after {args.timeout:.0f} s: the sides were killed; logs: {scratch}", file=sys.stderr)
+    print(f"({elapsed} s; side logs in {scratch})")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {"info": info, "dims": dims.__dict__, "results": results, "elapsed_s": elapsed, "status": status},
+                indent=1,
+            )
+            + "\n"
+        )
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""bench/cuda_graphs.py's host-side logic: its cases' code on the CPU (eager), the summary and the
+verdict from given numbers, and the deadline that kills a hung side. The timed run is the board's."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("bench_cuda_graphs", BENCH / "cuda_graphs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cases_run_their_code_on_the_cpu(bench: ModuleType) -> None:
+    pytest.importorskip("transformers")
+    side = bench.GraphSide("plain", compiled=False, device="cpu")
+    dims = {"width": 32, "layers": 2, "batch": 4, "hidden": 64, "lm_layers": 1, "prompt": 5, "new_tokens": 3}
+    mlp = side.build("mlp", dims)
+    assert mlp["work"] == 1 and len(mlp["check"]) == 64 and mlp["recorded"] == 0 and mlp["skips"] == 0
+    assert side.round(2)["wall_s"] > 0
+    decode = side.build("decode", dims)
+    assert decode["work"] == 3 and len(decode["check"]) == 3  # exactly new_tokens tokens, batch 1
+    assert bench.agree("decode", decode["check"], side.build("decode", dims)["check"])  # greedy: repeatable
+
+
+def _built(recorded: int = 2, skips: int = 0, check: list | None = None) -> dict:
+    return {"work": 32, "recorded": recorded, "skips": skips, "check": check or [1.0, 2.0]}
+
+
+def test_summary_ratios_and_verdicts(bench: ModuleType) -> None:
+    rounds = {"plain": [1.0, 1.1, 0.9, 1.0], "flagos": [2.0, 2.2, 1.8, 2.0]}
+    mlp = bench.summarize("mlp", {"plain": _built(), "flagos": _built()}, rounds, runs=100)
+    assert mlp["ok"] and mlp["ratio"] == 2.0 and mlp["interval"] == (2.0, 2.0)
+    assert mlp["sides"]["plain"]["value"] == pytest.approx(1e4)  # 1 s over 100 calls: 10,000 us/call
+    decode = bench.summarize("decode", {"plain": _built(), "flagos": _built()}, rounds, runs=2)
+    assert decode["ratio"] == 0.5 and decode["sides"]["plain"]["value"] == pytest.approx(64.0)  # tokens/s
+    failed = bench.summarize(
+        "decode", {"plain": _built(), "flagos": _built(recorded=0, skips=1, check=[1, 3])}, rounds, runs=2
+    )
+    assert not failed["ok"]
+    assert failed["problems"] == [
+        "flagos: no CUDA graph recorded",
+        "flagos: 1 cudagraph skips",
+        "outputs differ between plain and flagos",
+    ]
+    text = bench.report({"gpu": "H200", "torch": "2.11"}, [mlp, failed, {"case": "decode", "error": "boom"}])
+    assert "FAILED: flagos: no CUDA graph recorded" in text and "FAILED: boom" in text
+
+
+def test_mlp_outputs_agree_within_bf16_tolerance(bench: ModuleType) -> None:
+    assert bench.agree("mlp", [1.0, -4.0], [1.05, -4.0])
+    assert not bench.agree("mlp", [1.0, -4.0], [1.2, -4.0])
+
+
+def test_deadline_kills_a_hung_side(bench: ModuleType, tmp_path: Path) -> None:
+    # The side starts a child that holds its output open, as inductor's compile workers do.
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    hung = bench.Side([sys.executable, "-c", code], {}, tmp_path / "hung.log", wait=False, session=True)
+    started = time.perf_counter()
+    deadline = bench.Deadline(0.5, [hung])
+    assert hung.wait() is None and deadline.expired
+    assert time.perf_counter() - started < 30 and hung.failed.startswith("exit -9")
+
+
+def test_help_and_refusal_without_a_platform(bench: ModuleType) -> None:
+    script = str(BENCH / "cuda_graphs.py")
+    assert (
+        "reduce-overhead" in subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True).stdout
+    )
+    refused = subprocess.run([sys.executable, script], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert refused.returncode == 2 and "FLAGOS_PLATFORM" in refused.stderr
