@@ -15,16 +15,13 @@ the conformance subset is one OpInfo in one dtype with one worker.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from cli_session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -106,42 +103,6 @@ WORKLOAD = textwrap.dedent(
 )
 
 
-def torch_fl_command() -> str:
-    installed = Path(sys.executable).with_name("torch-fl")
-    found = str(installed) if installed.exists() else shutil.which("torch-fl")
-    if found is None:
-        pytest.skip("the torch-fl command is not installed")
-    return found
-
-
-class Session:
-    """Runs commands in the test's scratch repository with FLAGOS_PLATFORM_PATH set, timing each."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("FLAGOS_")}
-        self.env["FLAGOS_PLATFORM_PATH"] = str(root / "plats")
-        self.env["PYTHONUNBUFFERED"] = "1"
-        self.timings: dict[str, float] = {}
-
-    def run(
-        self, label: str, argv: list[str], timeout: float, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess:
-        started = time.monotonic()
-        result = subprocess.run(
-            argv, cwd=self.root, env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout
-        )
-        self.timings[label] = round(time.monotonic() - started, 1)
-        return result
-
-    def torch_fl(self, *args: str, timeout: float = 180) -> dict:
-        result = self.run(" ".join(args[:2]), [torch_fl_command(), *args, "--json"], timeout)
-        assert result.returncode == 0, (
-            f"torch-fl {' '.join(args)}: exit {result.returncode}\n{result.stdout}\n{result.stderr[-4000:]}"
-        )
-        return json.loads(result.stdout)
-
-
 def onboard_to_training(tmp_path: Path, chip: str, onboard_options: list[str], backing: str) -> None:
     root = tmp_path / "repo"
     root.mkdir()
@@ -199,7 +160,7 @@ def onboard_to_training(tmp_path: Path, chip: str, onboard_options: list[str], b
     (root / "train_step.py").write_text(WORKLOAD)
     stats = s.torch_fl("routes", "stats", chip, "--workload", "train_step.py", "--steps", "3")
     assert {"op": OP, "path": "vendor", "calls": 3} in stats["counts"], stats["counts"]
-    print("timings (s):", s.timings)
+    print(s.report())
 
 
 def test_onboard_add_kernel_conform_load_and_train(tmp_path):

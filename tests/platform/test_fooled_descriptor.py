@@ -132,6 +132,60 @@ def test_the_vendor_module_runs_from_its_source_never_a_planted_bytecode_file(tm
     assert sorted(folder.rglob("*.pyc")) == [cache] and cache.read_bytes() == planted_bytes  # no bytecode written
 
 
+def test_the_vendor_module_imports_its_kernel_files_from_their_source(tmp_path, monkeypatch):
+    """`from NAME import f` in the vendor module imports NAME.py of the platform folder, like the
+    vendor module itself: from the hashed bytes (a planted bytecode file is not run), listed among
+    the imported sources, and no bytecode written."""
+    import hashlib
+    import importlib.util
+    import py_compile
+    import sys
+
+    pytest.importorskip("torch")
+    from torch_fl.kernels.vendor import imported_sources, load_vendor_module
+
+    name = "evil_chip_kernel_file"
+    monkeypatch.delitem(sys.modules, "torch_fl_vendor_evil_chip", raising=False)
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    folder = _with_vendor(tmp_path, "vendor_kernels.py")
+    (folder / "vendor_kernels.py").write_text(f"from {name} import relu\n")
+    kernel_file = folder / f"{name}.py"
+    kernel_file.write_text("VALUE = 'hashed'\n\ndef relu(x):\n    return VALUE\n")
+    planted = tmp_path / "planted.py"
+    planted.write_text("VALUE = 'planted'\n\ndef relu(x):\n    return VALUE\n")
+    cache = Path(importlib.util.cache_from_source(str(kernel_file)))
+    py_compile.compile(str(planted), cfile=str(cache), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    finders = list(sys.meta_path)
+    try:
+        module = load_vendor_module(load_descriptor(folder))
+        assert module.relu(None) == "hashed"
+        digest = "sha256:" + hashlib.sha256(kernel_file.read_bytes()).hexdigest()
+        assert imported_sources()[f"{name}.py"] == digest
+        assert sorted(folder.rglob("*.pyc")) == [cache]  # no bytecode written
+        assert sys.meta_path == finders  # the folder is importable only while the vendor module loads
+    finally:
+        sys.modules.pop(name, None)
+        sys.modules.pop("torch_fl_vendor_evil_chip", None)
+
+
+def test_a_kernel_file_that_is_a_link_is_not_imported(tmp_path, monkeypatch):
+    import sys
+
+    pytest.importorskip("torch")
+    from torch_fl.kernels.vendor import load_vendor_module
+
+    name = "evil_chip_linked_file"
+    monkeypatch.delitem(sys.modules, "torch_fl_vendor_evil_chip", raising=False)
+    folder = _with_vendor(tmp_path, "vendor_kernels.py")
+    (folder / "vendor_kernels.py").write_text(f"from {name} import relu\n")
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text("raise SystemExit('imported from outside the platform folder')\n")
+    (folder / f"{name}.py").symlink_to(outside)
+    with pytest.raises(ImportError, match="is a link"):
+        load_vendor_module(load_descriptor(folder))
+    assert "torch_fl_vendor_evil_chip" not in sys.modules and name not in sys.modules
+
+
 @pytest.mark.parametrize("module", ["os.path", "evil", "pkg.vendor_kernels"])
 def test_importable_module_names_are_refused(tmp_path, module):
     folder = _with_vendor(tmp_path, module)

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -63,18 +66,56 @@ def load_vendor_module(descriptor: PlatformDescriptor) -> ModuleType:
         source = read_bounded(path, MAX_SOURCE_BYTES)
     except RefusedFile as exc:
         raise ImportError(f"cannot load the vendor kernel module: {exc}") from None
-    relative = path.relative_to(Path(descriptor.directory).resolve()).as_posix()
-    _imported[relative] = "sha256:" + hashlib.sha256(source).hexdigest()
+    folder = Path(descriptor.directory).resolve()
+    _imported[path.relative_to(folder).as_posix()] = "sha256:" + hashlib.sha256(source).hexdigest()
     code = compile(source, str(path), "exec", dont_inherit=True)
     module = ModuleType(name)
     module.__file__ = str(path)
     sys.modules[name] = module  # before it runs, as an import does: its own classes look it up there
+    finder = _KernelFiles(folder)
+    sys.meta_path.insert(0, finder)
     try:
         exec(code, module.__dict__)
     except BaseException:
         del sys.modules[name]
         raise
+    finally:
+        sys.meta_path.remove(finder)
     return module
+
+
+class _KernelFiles(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """While the vendor module's top level runs, `import NAME` / `from NAME import f` of a file
+    NAME.py of the platform's folder imports that file (kernels kept in files of their own, which
+    the vendor module imports by name), like the vendor module itself: from the bytes hashed here,
+    never from __pycache__/, and listed in `imported_sources`."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if path is not None or "." in fullname:
+            return None
+        file = self.folder / f"{fullname}.py"
+        if not file.is_file():
+            return None
+        if file.is_symlink():
+            raise ImportError(f"{file}: a kernel file that is a link is not imported (its target is not hashed)")
+        return importlib.util.spec_from_loader(fullname, self, origin=str(file))
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        assert module.__spec__ is not None and module.__spec__.origin is not None
+        file = Path(module.__spec__.origin)
+        try:
+            source = read_bounded(file, MAX_SOURCE_BYTES)
+        except RefusedFile as exc:
+            raise ImportError(f"cannot load the kernel file {file.name}: {exc}") from None
+        _imported[file.relative_to(self.folder).as_posix()] = "sha256:" + hashlib.sha256(source).hexdigest()
+        module.__file__ = str(file)
+        exec(compile(source, str(file), "exec", dont_inherit=True), module.__dict__)
 
 
 class VendorKernels:
