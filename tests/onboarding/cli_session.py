@@ -1,16 +1,9 @@
 """What the end-to-end onboarding tests share: the installed `torch-fl` command and a `Session`
 that runs commands in a scratch repository, as an agent following the skills would, timing each.
-
-Children import torch_fl from this checkout: where an editable install maps torch_fl's
-subpackages (conformance, onboarding, platforms, skills) into another checkout (a git worktree of
-the one installed), the session lays this checkout out as the installed package, with links, and
-puts that first on the children's PYTHONPATH, so the commands and fresh interpreters exercise the
-code under test.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -20,28 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-# torch_fl's subpackages that live outside torch_fl/ in the checkout (pyproject's package-dir)
-SUBPACKAGES = ("conformance", "onboarding", "platforms", "skills")
-
-
-def import_root(scratch: Path) -> str | None:
-    """A folder that imports this checkout as torch_fl, or None where the installed one already
-    is this checkout (CI's editable install)."""
-    spec = importlib.util.find_spec("torch_fl.conformance")
-    origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
-    if origin is not None and origin.is_relative_to(REPO / "conformance"):
-        return None
-    package = scratch / "torch_fl"
-    package.mkdir(parents=True, exist_ok=True)
-    for entry in (REPO / "torch_fl").iterdir():
-        if entry.name != "__pycache__" and not (package / entry.name).exists():
-            (package / entry.name).symlink_to(entry)
-    for name in SUBPACKAGES:
-        if not (package / name).exists():
-            (package / name).symlink_to(REPO / name)
-    return str(scratch)
 
 
 def torch_fl_command() -> str:
@@ -61,8 +32,6 @@ class Session:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("FLAGOS_")}
         self.env["FLAGOS_PLATFORM_PATH"] = str(root / "plats")
         self.env["PYTHONUNBUFFERED"] = "1"
-        first = import_root(root.parent / "import-root")
-        self.env["PYTHONPATH"] = os.pathsep.join(p for p in (first, os.environ.get("PYTHONPATH")) if p)
         self.timings: dict[str, float] = {}
 
     def run(
