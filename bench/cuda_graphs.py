@@ -45,7 +45,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the helpers beside this script, however it is started
-from side_processes import Side, ratio_interval, reply, serve, side_env, timed_without_gc  # noqa: E402
+from side_processes import Side, ratio_interval, reply, serve, side_env, timed_without_gc, zoo_module  # noqa: E402
 
 CASES = ("mlp", "decode")
 RTOL = 2e-2  # outputs of the two sides agree within this relative difference (bf16)
@@ -89,21 +89,6 @@ def llama(dims: Dims) -> torch.nn.Module:
         tie_word_embeddings=False,
     )
     return LlamaForCausalLM(config)
-
-
-def generate(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """Greedy decoding with a static KV cache, exactly `new_tokens` tokens per row."""
-    out = model.generate(
-        input_ids=prompt,
-        attention_mask=torch.ones_like(prompt),
-        max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
-        do_sample=False,
-        cache_implementation="static",
-        disable_compile=True,  # the compiled forward is ours, alike on both sides
-        pad_token_id=0,
-    )
-    return out[:, -new_tokens:]
 
 
 def graph_counts() -> dict[str, int]:
@@ -166,13 +151,15 @@ class GraphSide:
 
             warmup, work = 5, 1
         else:
+            decode = zoo_module().generate
             lm = llama(d).to(self.device, torch.bfloat16).eval()
             lm.forward = self.compile(lm.forward)
             prompt = torch.randint(0, 32000, (1, d.prompt), generator=torch.Generator().manual_seed(1)).to(self.device)
 
             def run() -> torch.Tensor:
                 with torch.no_grad():
-                    return generate(lm, prompt, d.new_tokens)
+                    # the compiled forward is ours, alike on both sides: transformers compiles none
+                    return decode(lm, prompt, d.new_tokens, cache_implementation="static", disable_compile=True)
 
             warmup, work = 3, d.new_tokens
         for _ in range(warmup):

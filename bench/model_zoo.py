@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
-import importlib.util
 import json
 import statistics
 import sys
@@ -43,7 +42,6 @@ import traceback
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
 
 import torch
 
@@ -63,9 +61,9 @@ from side_processes import (  # noqa: E402
     shared_cpus,
     side_env,
     timed_without_gc,
+    zoo_module,
 )
 
-ROOT = HERE.parent
 MODES = ("train", "prefill", "decode")
 VARIANTS = ("tuned", "native-only")
 LR = 3e-4
@@ -76,17 +74,6 @@ DEFAULTS = {
     "board": dict(steps=5, rounds=5, warmup=3, new_tokens=64),
     "host": dict(steps=2, rounds=2, warmup=2, new_tokens=8),
 }
-
-
-def zoo_module() -> ModuleType:
-    """torch_fl/workloads/zoo.py loaded by path: a plain side must not import torch_fl."""
-    path = ROOT / "torch_fl" / "workloads" / "zoo.py"
-    spec = importlib.util.spec_from_file_location("flagos_bench_zoo", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def scaled(shape: object, scale: float) -> object:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib.util
 import json
 import os
 import random
@@ -26,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -278,3 +280,14 @@ def fmt(value: float | None, digits: int = 3) -> str:
 
 def mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:.0f}"
+
+
+def zoo_module() -> ModuleType:
+    """torch_fl/workloads/zoo.py loaded by path: a plain side must not import torch_fl."""
+    path = Path(__file__).resolve().parents[1] / "torch_fl" / "workloads" / "zoo.py"
+    spec = importlib.util.spec_from_file_location("flagos_bench_zoo", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module

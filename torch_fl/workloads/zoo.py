@@ -444,9 +444,10 @@ def prompt(model: nn.Module, batch_size: int, length: int, seed: int = 0) -> tor
     return torch.randint(0, _vocab(model), (batch_size, length), generator=torch.Generator().manual_seed(seed + 1))
 
 
-def generate(model: nn.Module, prompt_ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+def generate(model: nn.Module, prompt_ids: torch.Tensor, new_tokens: int, **options: Any) -> torch.Tensor:
     """Greedy decoding with the KV cache: exactly `new_tokens` tokens per row (the end-of-sequence
-    token is held back until then), returned as (batch, new_tokens)."""
+    token is held back until then), returned as (batch, new_tokens). `options` go to
+    `model.generate` (a static cache, say)."""
     out = model.generate(
         input_ids=prompt_ids,
         attention_mask=torch.ones_like(prompt_ids),
@@ -455,5 +456,6 @@ def generate(model: nn.Module, prompt_ids: torch.Tensor, new_tokens: int) -> tor
         do_sample=False,
         use_cache=True,
         pad_token_id=0,
+        **options,
     )
     return out[:, -new_tokens:]
