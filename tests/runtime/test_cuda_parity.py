@@ -145,11 +145,16 @@ def test_cuda_backing_make_graphed_callables_trains_on_flagos():
     x = torch.randn(8, 16, device="flagos", requires_grad=True)
     graphed = torch.flagos.make_graphed_callables(model, (x,))
     for _ in range(2):
+        # Gradients set to None before each step, as with torch.cuda's graphed callables: a
+        # replayed backward returns (detached) static gradient buffers, which a None .grad adopts,
+        # so a second step's replay would rewrite the first step's gradients before adding to them.
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
         inp = torch.randn(8, 16, device="flagos")
         out = graphed(inp)
         out.sum().backward()
         expected = reference(inp)
         expected.sum().backward()
         torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
-    for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)

@@ -121,6 +121,13 @@ def as_backing(tensor: torch.Tensor) -> torch.Tensor:
     return core().as_backing(tensor)
 
 
+def hand_to_backing(tensor: torch.Tensor) -> torch.Tensor:
+    """A backing-device tensor over a flagos tensor's bytes that owns them through the backing
+    allocator (the flagos tensor keeps working over the same bytes); `as_backing` where the
+    allocator did not make them."""
+    return core().hand_to_backing(tensor)
+
+
 def as_flagos(tensor: torch.Tensor, index: int = -1) -> torch.Tensor:
     """Zero-copy view of a backing-device tensor as a flagos tensor (same bytes)."""
     return core().as_flagos(tensor, index)

@@ -485,7 +485,7 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
     overwrites an output that the program still holds, CUDA raises on access to the stale tensor
     (its storage is marked); the flagos alias of it reads the overwritten memory instead.
     """
-    from torch_fl.runtime import as_backing, as_flagos
+    from torch_fl.runtime import as_backing, as_flagos, hand_to_backing
 
     if "constants" in kwargs:
         kwargs["constants"] = tuple(as_backing(c) if isinstance(c, torch.Tensor) else c for c in kwargs["constants"])
@@ -504,7 +504,7 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         flagos_outputs[:] = [
             i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.device.type == FLAGOS
         ]
-        return _replace(outputs, flagos_outputs, _shared_aliases(given, as_backing))
+        return _replace(outputs, flagos_outputs, _shared_aliases(given, hand_to_backing))
 
     def run(inputs: list[Any]) -> Any:
         nonlocal wrapped
@@ -522,11 +522,13 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
     return run
 
 
-def _shared_aliases(given: list[Any], as_backing: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Any], Any]:
+def _shared_aliases(given: list[Any], to_backing: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Any], Any]:
     """Converts flagos outputs to backing tensors so that outputs over one buffer share one storage
     object, and an output over an input's buffer shares the storage of the input the machinery
     gave: the tree manager tells an output over an input's memory (not its pool's), and whether a
-    buffer is still alive, by storage object, where a zero-copy alias per output would make one."""
+    buffer is still alive, by storage object, where a zero-copy alias per output would make one.
+    Other outputs go through `to_backing` (`hand_to_backing` for the tree manager, which frees
+    outputs of its pool through the backing allocator's own deleter)."""
     by_buffer = {
         x.untyped_storage().data_ptr(): x.untyped_storage()
         for x in given
@@ -537,7 +539,7 @@ def _shared_aliases(given: list[Any], as_backing: Callable[[torch.Tensor], torch
         buffer = output.untyped_storage().data_ptr()
         storage = by_buffer.get(buffer)
         if storage is None or storage.nbytes() < output.untyped_storage().nbytes():
-            alias = as_backing(output)
+            alias = to_backing(output)
             if buffer:
                 by_buffer[buffer] = alias.untyped_storage()
             return alias

@@ -73,6 +73,28 @@ at::Tensor as_backing(const at::Tensor& t) {
   return owning_alias(t, to_backing(t.device()), backing().key, c10::GetAllocator(backing().type), false);
 }
 
+at::Tensor hand_to_backing(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kFlagos || host_backed()) return as_backing(t);
+  c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();
+  c10::Allocator* allocator = c10::GetAllocator(backing().type);
+  // Only a buffer the backing allocator made (flagos memory, relabelled) can change hands; an
+  // alias of some other storage stays an alias.
+  if (si->data_ptr().get_deleter() != allocator->raw_deleter()) return as_backing(t);
+  const size_t nbytes = si->nbytes();
+  const c10::Device device = to_backing(t.device());
+  c10::DataPtr owned = si->set_data_ptr(c10::DataPtr(nullptr, si->device()));
+  owned.unsafe_set_device(device);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(owned), allocator, false);
+  // The flagos storage keeps the same bytes, now through the backing storage, which it keeps alive.
+  si->set_data_ptr_noswap(hold_storage(storage, t.device()));
+  at::Tensor r = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(backing().key),
+                                                          t.dtype());
+  r.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  if (t.is_conj()) r._set_conj(true);
+  if (t.is_neg()) r._set_neg(true);
+  return r;
+}
+
 at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index) {
   if (!t.defined() || t.device().type() != backing().type) return t;
   return owning_alias(t, to_flagos(t.device(), host_index), c10::DispatchKey::PrivateUse1, flagos_allocator(), true);

@@ -45,6 +45,11 @@ c10::Device to_flagos(c10::Device backing_device, c10::DeviceIndex host_index);
 // Owning alias: shares bytes and keeps the other tensor's storage alive (safe to hand out).
 at::Tensor as_backing(const at::Tensor& t);
 at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index = -1);
+// A backing tensor over a flagos tensor's bytes that takes over their ownership: its storage frees
+// the buffer through the backing allocator's own deleter (which CUDA graph trees require of the
+// outputs they manage), and the flagos storage keeps it alive. An owning alias (as_backing) where
+// the buffer is not the backing allocator's, and on the host backing.
+at::Tensor hand_to_backing(const at::Tensor& t);
 // Borrowing alias: no keep-alive, only valid while `t` lives (used inside one kernel call).
 at::Tensor borrow_as_backing(const at::Tensor& t);
 // Hands a borrowing alias back after its call, for reuse by this thread's next borrow_as_backing

@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
 #include <c10/util/SmallVector.h>
 
 #include <atomic>
@@ -103,6 +104,11 @@ struct NativeArguments {
   // scalars; index lists may live on the CPU, as on CUDA).
   void check_operands() const;
 };
+
+// Names the route in a profile as an empty event under the op's own: the backing's kernels launch
+// after it has closed, so their device time stays with the aten op (as on the backing itself)
+// rather than with a route event wrapped around the launch.
+inline void mark_native_route() { RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>()); }
 
 // Serves the hottest ops (native_unboxed.cpp) with the native route in their own signature,
 // without boxing; registered before the boxed route claims the rest.

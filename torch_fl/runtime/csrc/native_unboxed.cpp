@@ -9,7 +9,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Operators.h>
-#include <ATen/record_function.h>
 #include <ATen/core/boxing/KernelFunction.h>
 #include <c10/core/CompileTimeFunctionPointer.h>
 
@@ -229,7 +228,7 @@ struct Unboxed<Op, R(A...)> {
 
   // Straight to the backing's dense kernel (calls with a sparse argument take the boxed route).
   static R backing_call(std::tuple<Pass<A>...>& passes) {
-    RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>());
+    mark_native_route();
     const c10::DispatchKeySet kernel(backing().key);
     return std::apply([&](auto&... p) -> R { return Op::redispatch(kernel, p.get()...); }, passes);
   }
