@@ -265,7 +265,7 @@ def test_cudagraph_gate_reads_one_flagos_device_as_its_cuda_device():
 def test_over_backing_hands_the_graph_machinery_backing_tensors_and_the_model_flagos_ones():
     """The boundary of `over_backing`, against a stand-in for cudagraphify that records on the
     first call and replays its own static outputs after (as the tree manager does)."""
-    seen: dict[str, list] = {"machinery": [], "model": []}
+    seen: dict[str, list] = {"machinery": [], "model": [], "static": []}
 
     def fake_cudagraphify(model, static_input_idxs=(), **kwargs):
         assert all(c.device.type == BACKING for c in kwargs["constants"])
@@ -273,6 +273,7 @@ def test_over_backing_hands_the_graph_machinery_backing_tensors_and_the_model_fl
 
         def run(inputs):
             seen["machinery"].append([x.device.type for x in inputs if isinstance(x, torch.Tensor)])
+            seen["static"].append(inputs[1])
             if not static:
                 copies = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
                 inputs.clear()
@@ -310,6 +311,22 @@ def test_over_backing_hands_the_graph_machinery_backing_tensors_and_the_model_fl
         assert out[1] == 1  # recorded with step 0: a replay returns the static outputs
     assert seen["model"] == [["flagos", "flagos"]] * 3
     assert seen["machinery"] == [[BACKING, BACKING]] * 3
+    # the static input (position 1) reaches the machinery as one alias, kept across calls
+    assert all(alias is seen["static"][0] for alias in seen["static"])
+
+
+@pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
+def test_a_kept_alias_is_replaced_once_it_no_longer_aliases_its_input():
+    from torch_fl.runtime.device.core import core
+
+    reuse = core().as_backing_reusing
+    w = torch.randn(4, 4, device="flagos")
+    alias = reuse(w, None)
+    assert reuse(w, alias) is alias
+    assert reuse(w.t(), alias) is not alias  # other geometry
+    w.data = torch.randn(4, 4, device="flagos")  # other storage
+    fresh = reuse(w, alias)
+    assert fresh is not alias and torch.equal(fresh.cpu(), w.cpu())
 
 
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")

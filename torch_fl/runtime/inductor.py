@@ -486,12 +486,18 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
     (its storage is marked); the flagos alias of it reads the overwritten memory instead.
     """
     from torch_fl.runtime import as_backing, as_flagos, hand_to_backing
+    from torch_fl.runtime.device.core import core
 
     if "constants" in kwargs:
         kwargs["constants"] = tuple(as_backing(c) if isinstance(c, torch.Tensor) else c for c in kwargs["constants"])
     flagos_inputs: list[int] = []  # positions of flagos tensors among the inputs
     flagos_outputs: list[int] = []  # positions of flagos tensors among model's outputs
     wrapped: Callable[..., Any] | None = None
+    # The aliases of static inputs (parameters, buffers: the same tensors every call), kept while
+    # they still alias their input: one check per call instead of a new alias.
+    static = set(args[0] if args else kwargs.get("static_input_idxs", ()))
+    static_aliases: dict[int, torch.Tensor] = {}
+    reuse = core().as_backing_reusing
 
     def on_flagos(inputs: list[Any]) -> Any:
         # Runs only when the machinery warms up or records (a replay runs the graph, not this).
@@ -516,7 +522,10 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         args_ = list(inputs)
         inputs.clear()
         for i in flagos_inputs:
-            args_[i] = as_backing(args_[i])
+            if i in static:
+                args_[i] = static_aliases[i] = reuse(args_[i], static_aliases.get(i))
+            else:
+                args_[i] = as_backing(args_[i])
         return _replace(wrapped(args_), flagos_outputs, as_flagos)
 
     return run

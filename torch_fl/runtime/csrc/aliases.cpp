@@ -73,6 +73,19 @@ at::Tensor as_backing(const at::Tensor& t) {
   return owning_alias(t, to_backing(t.device()), backing().key, c10::GetAllocator(backing().type), false);
 }
 
+at::Tensor as_backing_reusing(const at::Tensor& t, const std::optional<at::Tensor>& previous) {
+  if (previous.has_value() && previous->defined() && t.defined() && t.device().type() == kFlagos) {
+    const c10::Storage* held = held_storage(previous->storage().data_ptr());
+    if (held != nullptr && held->unsafeGetStorageImpl() == t.storage().unsafeGetStorageImpl() &&
+        previous->dtype() == t.dtype() && previous->storage_offset() == t.storage_offset() &&
+        previous->sizes() == t.sizes() && previous->strides() == t.strides() &&
+        previous->is_conj() == t.is_conj() && previous->is_neg() == t.is_neg()) {
+      return *previous;
+    }
+  }
+  return as_backing(t);
+}
+
 at::Tensor hand_to_backing(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != kFlagos || host_backed()) return as_backing(t);
   c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();

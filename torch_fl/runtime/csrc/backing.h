@@ -45,6 +45,9 @@ c10::Device to_flagos(c10::Device backing_device, c10::DeviceIndex host_index);
 // Owning alias: shares bytes and keeps the other tensor's storage alive (safe to hand out).
 at::Tensor as_backing(const at::Tensor& t);
 at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index = -1);
+// `previous` (an owning alias as_backing made) while it still aliases `t` with `t`'s geometry, else
+// a new owning alias: callers that pass the same tensors call after call keep their aliases.
+at::Tensor as_backing_reusing(const at::Tensor& t, const std::optional<at::Tensor>& previous);
 // A backing tensor over a flagos tensor's bytes that takes over their ownership: its storage frees
 // the buffer through the backing allocator's own deleter (which CUDA graph trees require of the
 // outputs they manage), and the flagos storage keeps it alive. An owning alias (as_backing) where

@@ -61,6 +61,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("device_count", [] { return static_cast<int>(device_count()); });
   m.def("current_device", [] { return static_cast<int>(current_index()); });
   m.def("as_backing", &as_backing, "zero-copy alias of a flagos tensor on the backing device");
+  m.def("as_backing_reusing", &as_backing_reusing, py::arg("tensor"), py::arg("previous"),
+        "`previous` while it still aliases `tensor` with its geometry, else a new owning alias");
   m.def("hand_to_backing", &hand_to_backing,
         "a backing tensor over a flagos tensor's bytes that owns them through the backing allocator");
   m.def("as_flagos", &as_flagos, py::arg("tensor"), py::arg("host_index") = -1,
