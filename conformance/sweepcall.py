@@ -289,3 +289,26 @@ def compare_runs(
 def same_results(first: Observed, second: Observed) -> bool:
     pairs = list(zip(first.outputs, second.outputs)) + list(zip(first.written, second.written))
     return all(not isinstance(a, torch.Tensor) or (isinstance(b, torch.Tensor) and _same_bits(a, b)) for a, b in pairs)
+
+
+class NativeReference:
+    """The native route's run of a call, which every path is judged against, and whether the route
+    reproduces it: found by a second run made only when a judgment needs it (a path whose two runs
+    differ, or signed zeros), since the largest calls cost seconds per run on a host backing."""
+
+    def __init__(self, first: Observed, rerun: Callable[[], Observed]) -> None:
+        self.result = first
+        self._rerun = rerun
+        self._deterministic: bool | None = None
+
+    @property
+    def deterministic(self) -> bool:
+        if self._deterministic is None:
+            self._deterministic = same_results(self.result, self._rerun())
+        return self._deterministic
+
+    def nondeterminism(self, got: Observed, second: Observed) -> list[str]:
+        """The problem with a path whose two identical calls differ where the native route's agree."""
+        if same_results(got, second) or not self.deterministic:
+            return []
+        return ["not deterministic: two identical calls differ, where the native route's agree"]

@@ -1,9 +1,11 @@
 """captured: the calls real models make (conformance/capture.py), judged on every gated path.
 
 One item per op and group of CALLS_PER_ITEM calls; one case per captured call x gated path that
-implements the op, with the call's exact shapes, strides, offsets, dtypes and arguments. Each call runs once on the native route and
-once per path with the same inputs (conformance/sweepcall.py), and the path must give the native
-values, dtype, shape and strides, leave its inputs alone and write in place where the op does.
+implements the op, with the call's exact shapes, strides, offsets, dtypes and arguments. Each call
+runs once on the native route and twice per path with the same inputs (conformance/sweepcall.py;
+the native route again only where the path's two runs differ), and the path must give the native
+values, dtype, shape and strides, leave its inputs alone, write in place where the op does, and
+be deterministic where the native route is.
 A case is `captured/<op>/<path>/<n>` (n: the call's index in the shipped list), judged under the
 gate key the call makes, so the gate and the tuner have proof at the keys models use.
 """
@@ -20,7 +22,7 @@ import torch
 
 from torch_fl.conformance import capture, compare, zoo_calls
 from torch_fl.conformance.suites.sweep import _conclude, _overload, swept_paths
-from torch_fl.conformance.sweepcall import Plan, Planned, compare_runs, run_call, same_results
+from torch_fl.conformance.sweepcall import NativeReference, Plan, Planned, compare_runs, run_call
 from torch_fl.conformance.sweepgen import Call, writes_self
 from torch_fl.routing.gatekey import call_key
 
@@ -131,16 +133,17 @@ def test_captured(captured_op: str, call_indices: tuple[int, ...], fl: Any) -> N
         try:
             plan = _plan(overload, call, zlib.crc32(f"{op}/{index}".encode()) % (2**31))
             started = time.perf_counter()
-            native = run_call(plan, None, judge_inputs=not inplace)
-            again = run_call(plan, None, judge_inputs=False)
+            native = NativeReference(
+                run_call(plan, None, judge_inputs=not inplace),
+                functools.partial(run_call, plan, None, judge_inputs=False),
+            )
             fl.synchronize()
-            native_s = (time.perf_counter() - started) / 2
+            native_s = time.perf_counter() - started
         except Exception as exc:  # not replayable, or the native route rejects it: nothing to compare with
             for path in todo:
                 with fl.case(ids[path], SUITE, op=op, path=path) as case:
                     case.skip(f"not replayed: {type(exc).__name__}: {str(exc)[:300]}")
             continue
-        deterministic = same_results(native, again)
         cpu_args, cpu_kwargs, _ = plan.place("cpu")
         inputs = [t for t in _flat(cpu_args) if isinstance(t, torch.Tensor)]
         dtype = next((t.dtype for t in inputs), torch.float32)
@@ -153,12 +156,10 @@ def test_captured(captured_op: str, call_indices: tuple[int, ...], fl: Any) -> N
                 fl.recorder.phase(key)
                 forced = functools.partial(fl.forced, op, path)
                 got = run_call(plan, None, judge_inputs=not inplace, route=forced)
-                second = run_call(plan, None, judge_inputs=False, route=forced) if deterministic else None
+                second = run_call(plan, None, judge_inputs=False, route=forced)
                 fl.synchronize()
-                problems = got.problems + compare_runs(got, native, dtype, inputs)
-                if second is not None and not same_results(got, second):
-                    problems.append("not deterministic: two identical calls differ, where the native route's agree")
-                _conclude(case, problems)
+                problems = got.problems + compare_runs(got, native.result, dtype, inputs)
+                _conclude(case, problems + native.nondeterminism(got, second))
 
 
 def _flat(values: list[Any]) -> list[Any]:

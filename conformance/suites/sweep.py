@@ -72,13 +72,13 @@ from torch_fl.conformance.sizes import (
     SPECIAL_SIZES,
 )
 from torch_fl.conformance.sweepcall import (
+    NativeReference,
     Plan,
     Planned,
     compare_runs,
     leaves,
     plan_tensor,
     run_call,
-    same_results,
     with_outs,
 )
 from torch_fl.conformance.sweepgen import (
@@ -502,31 +502,28 @@ def _run_spec(fl: Any, op: str, dtype: str, spec: Spec, plan: Plan, ids: dict[st
         todo = _not_refused(fl, ids, todo, op, dtype, call_key(overload, tuple(cpu_args), cpu_kwargs).text)
         if not todo:
             return  # before the native runs: the largest cases cost seconds each
-        native = run_call(plan, outs, judge_inputs=not inplace, device=spec.place)
-        again = run_call(plan, outs, judge_inputs=False, device=spec.place)
+        native = NativeReference(
+            run_call(plan, outs, judge_inputs=not inplace, device=spec.place),
+            functools.partial(run_call, plan, outs, judge_inputs=False, device=spec.place),
+        )
         _synchronize(fl, spec)
     except Exception as exc:  # the native route rejects this call: nothing to compare a path with
         if spec.layout is None and not spec.name.startswith("mixed"):
             why = f"the native route rejects this call: {type(exc).__name__}: {str(exc)[:300]}"
             _skip_all(fl, ids, todo, op, dtype, why)
         return
-    deterministic = same_results(native, again)
     inputs = [t for t in cpu_args if isinstance(t, torch.Tensor)]
     for path in todo:
         with fl.case(ids[path], SUITE, op=op, dtype=dtype, path=path) as case:
             fl.recorder.phase(spec.name)
             forced = functools.partial(fl.forced, op, path)
             got = run_call(plan, outs, judge_inputs=not inplace, route=forced, device=spec.place)
-            second = (
-                run_call(plan, outs, judge_inputs=False, route=forced, device=spec.place) if deterministic else None
-            )
+            second = run_call(plan, outs, judge_inputs=False, route=forced, device=spec.place)
             _synchronize(fl, spec)
             # special inputs: the sign of a zero counts too, where the native route's own is reproducible
-            signed_zeros = spec.values is not None and deterministic
-            problems = got.problems + compare_runs(got, native, torch_dtype, inputs, signed_zeros)
-            if second is not None and not same_results(got, second):
-                problems.append("not deterministic: two identical calls differ, where the native route's agree")
-            _conclude(case, problems)
+            signed_zeros = spec.values is not None and native.deterministic
+            problems = got.problems + compare_runs(got, native.result, torch_dtype, inputs, signed_zeros)
+            _conclude(case, problems + native.nondeterminism(got, second))
 
 
 def _not_refused(fl: Any, ids: dict[str, str], todo: list[str], op: str, dtype: str, key: str) -> list[str]:

@@ -78,8 +78,8 @@ at::Tensor as_backing_reusing(const at::Tensor& t, const std::optional<at::Tenso
     const c10::Storage* held = held_storage(previous->storage().data_ptr());
     if (held != nullptr && held->unsafeGetStorageImpl() == t.storage().unsafeGetStorageImpl() &&
         previous->dtype() == t.dtype() && previous->storage_offset() == t.storage_offset() &&
-        previous->sizes() == t.sizes() && previous->strides() == t.strides() &&
-        previous->is_conj() == t.is_conj() && previous->is_neg() == t.is_neg()) {
+        previous->sizes() == t.sizes() && previous->strides() == t.strides() && previous->is_conj() == t.is_conj() &&
+        previous->is_neg() == t.is_neg()) {
       return *previous;
     }
   }
@@ -100,8 +100,8 @@ at::Tensor hand_to_backing(const at::Tensor& t) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(owned), allocator, false);
   // The flagos storage keeps the same bytes, now through the backing storage, which it keeps alive.
   si->set_data_ptr_noswap(hold_storage(storage, t.device()));
-  at::Tensor r = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(backing().key),
-                                                          t.dtype());
+  at::Tensor r =
+      at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(backing().key), t.dtype());
   r.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   if (t.is_conj()) r._set_conj(true);
   if (t.is_neg()) r._set_neg(true);
