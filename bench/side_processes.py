@@ -284,8 +284,14 @@ def mib(value: int | None) -> str:
 
 def zoo_module() -> ModuleType:
     """torch_fl/workloads/zoo.py loaded by path: a plain side must not import torch_fl."""
-    path = Path(__file__).resolve().parents[1] / "torch_fl" / "workloads" / "zoo.py"
-    spec = importlib.util.spec_from_file_location("flagos_bench_zoo", path)
+    return workload_module("zoo")
+
+
+def workload_module(name: str) -> ModuleType:
+    """torch_fl/workloads/NAME.py loaded by path: a plain side must not import torch_fl
+    (importing the package activates flagos), and the workloads need only torch."""
+    path = Path(__file__).resolve().parents[1] / "torch_fl" / "workloads" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"flagos_bench_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up

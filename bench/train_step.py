@@ -37,7 +37,6 @@ per-step losses agree with its plain reference (exit status 1 if one does not).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -67,6 +66,7 @@ from side_processes import (  # noqa: E402
     shared_cpus,
     side_env,
     timed_without_gc,
+    workload_module,
 )
 
 ROOT = HERE.parent
@@ -81,15 +81,8 @@ PLAIN = {"eager": Variant(), "compiled": Variant(compiled=True), "flaggems": Var
 
 
 def workload() -> ModuleType:
-    """torch_fl/workloads/decoder.py loaded by path: a plain side must not import torch_fl
-    (importing the package activates flagos), and the workload needs only torch."""
-    path = ROOT / "torch_fl" / "workloads" / "decoder.py"
-    spec = importlib.util.spec_from_file_location("flagos_bench_decoder", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """torch_fl/workloads/decoder.py, loaded by path (see workload_module)."""
+    return workload_module("decoder")
 
 
 class SideRunner:
