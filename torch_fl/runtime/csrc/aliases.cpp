@@ -97,14 +97,9 @@ at::Tensor hand_to_backing(const at::Tensor& t) {
   const c10::Device device = to_backing(t.device());
   c10::DataPtr owned = si->set_data_ptr(c10::DataPtr(nullptr, si->device()));
   owned.unsafe_set_device(device);
-  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(owned), allocator, false);
+  at::Tensor r = wrap(t, std::move(owned), nbytes, backing().key, allocator, false);
   // The flagos storage keeps the same bytes, now through the backing storage, which it keeps alive.
-  si->set_data_ptr_noswap(hold_storage(storage, t.device()));
-  at::Tensor r =
-      at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(backing().key), t.dtype());
-  r.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  if (t.is_conj()) r._set_conj(true);
-  if (t.is_neg()) r._set_neg(true);
+  si->set_data_ptr_noswap(hold_storage(r.storage(), t.device()));
   return r;
 }
 
