@@ -32,7 +32,7 @@ from torch_fl import env
 
 CSRC = Path(__file__).parent / "csrc"
 MODULE_NAME = "torch_fl_core"
-CFLAGS = ["-O2", "-std=c++20"]
+CFLAGS = ["-O2", "-DNDEBUG", "-std=c++20"]  # NDEBUG: c10 headers' debug-only checks sit on the hot path
 
 env.register("FLAGOS_BUILD_DIR", None, "Where the compiled C++ core is cached (default: ~/.cache/torch_fl/build).")
 env.register("FLAGOS_BUILD_VERBOSE", "0", "Set to 1 to show the compiler output while the core builds.")

@@ -123,22 +123,25 @@ void reset_alias(c10::TensorImpl* alias, const at::Tensor& t, c10::Device device
   si->set_data_ptr_noswap(c10::DataPtr(s.mutable_data(), device));
   si->set_nbytes(s.nbytes());
   if (alias->dtype() != t.dtype()) alias->set_storage_and_dtype(alias->storage(), t.dtype());
-  alias->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  alias->_set_conj(t.is_conj());
-  alias->_set_neg(t.is_neg());
+  // A loop passes the same shapes call after call: setting them again would recompute contiguity.
+  if (alias->storage_offset() != t.storage_offset() || alias->sizes() != t.sizes() || alias->strides() != t.strides()) {
+    alias->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  }
+  if (alias->is_conj() != t.is_conj()) alias->_set_conj(t.is_conj());
+  if (alias->is_neg() != t.is_neg()) alias->_set_neg(t.is_neg());
 }
 
 }  // namespace
 
-at::Tensor borrow_as_backing(const at::Tensor& t) {
+Borrower::Borrower() : pool_(t_pooled_aliases), inference_(c10::InferenceMode::is_enabled()) {}
+
+at::Tensor Borrower::borrow(const at::Tensor& t) {
   const c10::Device device = to_backing(t.device());
-  auto& pool = t_pooled_aliases;
   // An alias made in inference mode has no version counter, which kernels that bump it outside
   // inference mode refuse: reused only in the mode it was made in.
-  if (!pool.empty() && pool.back().device() == device &&
-      pool.back().is_inference() == c10::InferenceMode::is_enabled()) {
-    at::Tensor alias = std::move(pool.back());
-    pool.pop_back();
+  if (!pool_.empty() && pool_.back().device() == device && pool_.back().is_inference() == inference_) {
+    at::Tensor alias = std::move(pool_.back());
+    pool_.pop_back();
     reset_alias(alias.unsafeGetTensorImpl(), t, device);
     return alias;
   }
@@ -149,18 +152,18 @@ at::Tensor borrow_as_backing(const at::Tensor& t) {
               true);
 }
 
-void return_alias(at::Tensor&& alias) {
+void Borrower::give_back(at::Tensor&& alias) {
   c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
   // Reused only when the kernel kept no reference to it or its storage and left its metadata
-  // changeable (a kernel may restride or relabel an alias; borrow_as_backing resets those).
-  if (t_pooled_aliases.size() >= kPooledAliases || alias.use_count() != 1 || impl->storage().use_count() != 1 ||
+  // changeable (a kernel may restride or relabel an alias; borrow resets those).
+  if (pool_.size() >= kPooledAliases || alias.use_count() != 1 || impl->storage().use_count() != 1 ||
       !impl->allow_tensor_metadata_change() || impl->is_wrapped_number() || impl->device_type() != backing().type) {
     return;
   }
   c10::StorageImpl* si = impl->storage().unsafeGetStorageImpl();
   if (!si->resizable() || si->allocator() != c10::GetAllocator(backing().type)) return;
   si->set_data_ptr_noswap(c10::DataPtr(nullptr, si->device()));  // no pointer into freed memory
-  t_pooled_aliases.push_back(std::move(alias));
+  pool_.push_back(std::move(alias));
 }
 
 std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Tensor>& t) {

@@ -53,11 +53,23 @@ at::Tensor as_backing_reusing(const at::Tensor& t, const std::optional<at::Tenso
 // outputs they manage), and the flagos storage keeps it alive. An owning alias (as_backing) where
 // the buffer is not the backing allocator's, and on the host backing.
 at::Tensor hand_to_backing(const at::Tensor& t);
-// Borrowing alias: no keep-alive, only valid while `t` lives (used inside one kernel call).
-at::Tensor borrow_as_backing(const at::Tensor& t);
-// Hands a borrowing alias back after its call, for reuse by this thread's next borrow_as_backing
-// (kept only when nothing else holds it).
-void return_alias(at::Tensor&& alias);
+// Borrowing aliases for one call, drawn from this thread's pool of aliases that earlier calls
+// handed back: a route makes one per call, so the pool and the autograd mode are looked up once
+// rather than per argument.
+class Borrower {
+ public:
+  Borrower();
+  // A borrowing alias: no keep-alive, only valid while `t` lives (used inside one kernel call).
+  at::Tensor borrow(const at::Tensor& t);
+  // Hands a borrowed alias back after its call, for reuse (kept only when nothing else holds it).
+  void give_back(at::Tensor&& alias);
+
+ private:
+  std::vector<at::Tensor>& pool_;
+  bool inference_;
+};
+inline at::Tensor borrow_as_backing(const at::Tensor& t) { return Borrower().borrow(t); }
+inline void return_alias(at::Tensor&& alias) { Borrower().give_back(std::move(alias)); }
 std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Tensor>& t);
 // A backing tensor built by a backing kernel becomes a flagos tensor; its buffer is taken over
 // without a copy when nothing else holds it, otherwise it is aliased.

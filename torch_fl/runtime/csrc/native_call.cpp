@@ -166,7 +166,7 @@ at::Tensor NativeArguments::tensor(const at::Tensor& t, bool written) {
     return alias;
   }
   note_device(index, t);
-  at::Tensor alias = borrow_as_backing(t);
+  at::Tensor alias = borrower.borrow(t);
   c10::StorageImpl* si = alias.storage().unsafeGetStorageImpl();
   swaps.push_back(Swap{alias.unsafeGetTensorImpl(), si, const_cast<void*>(si->data()), t, written, alias});
   return alias;

@@ -79,6 +79,7 @@ std::vector<at::Tensor> flagos_members(const at::Tensor& t, c10::SmallVectorImpl
 // The native route's view of the arguments: zero-copy backing aliases, remembered for the results
 // and handed back for reuse when the call is over.
 struct NativeArguments {
+  Borrower borrower;  // this call's view of the thread's alias pool
   c10::SmallVector<Swap, 6> swaps;
   std::vector<SparseSwap> sparse_swaps;
   c10::DeviceIndex index = -1;
@@ -89,7 +90,7 @@ struct NativeArguments {
   NativeArguments(const NativeArguments&) = delete;
   NativeArguments& operator=(const NativeArguments&) = delete;
   ~NativeArguments() {
-    for (auto& s : swaps) return_alias(std::move(s.alias));
+    for (auto& s : swaps) borrower.give_back(std::move(s.alias));
   }
 
   at::Tensor tensor(const at::Tensor& t, bool written);
@@ -108,7 +109,14 @@ struct NativeArguments {
 // Names the route in a profile as an empty event under the op's own: the backing's kernels launch
 // after it has closed, so their device time stays with the aten op (as on the backing itself)
 // rather than with a route event wrapped around the launch.
-inline void mark_native_route() { RECORD_FUNCTION("flagos.route.native", std::vector<c10::IValue>()); }
+// Without a profiler or other observer nothing is built: this runs on every routed call.
+inline void mark_native_route() {
+  auto step = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
+  if (C10_UNLIKELY(step.has_value())) {
+    at::RecordFunction event(std::move(*step));
+    event.before("flagos.route.native");
+  }
+}
 
 // Serves the hottest ops (native_unboxed.cpp) with the native route in their own signature,
 // without boxing; registered before the boxed route claims the rest.
