@@ -232,7 +232,9 @@ def tensor_values(spec: dict[str, Any], g: torch.Generator) -> tuple[torch.Tenso
     dtype = getattr(torch, spec["dtype"])
     extent = offset if any(n == 0 for n in shape) else offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride))
     if dtype.is_floating_point or dtype.is_complex:
-        storage = torch.randn(extent, generator=g, dtype=torch.float64).to(dtype)
+        # drawn as wide as the dtype needs and no wider: board-size storages hold 10^7-10^8 values
+        wide = torch.float64 if dtype in (torch.float64, torch.complex128) else torch.float32
+        storage = torch.randn(extent, generator=g, dtype=wide).to(dtype)
     else:
         low, high = spec.get("range", [0, 1])
         storage = torch.randint(int(low), int(high) + 1, (extent,), generator=g).to(dtype)

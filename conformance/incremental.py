@@ -228,7 +228,16 @@ def plan(descriptor: PlatformDescriptor, record_file: Path, expected: Binding) -
     rerun = [c for c in cases if c.path == VENDOR and (c.op is None or c.op in ops)]
     if not rerun or any(c.item is None for c in rerun):
         return None
-    return Plan(changed, ops, sorted({c.item for c in rerun if c.item}), sorted({c.suite for c in rerun}))
+    return Plan(changed, ops, costliest_first(rerun), sorted({c.suite for c in rerun}))
+
+
+def costliest_first(cases: list[Any]) -> list[str]:
+    """The items of `cases`, those whose cases took longest last time first: idle workers take the
+    cheap ones from the end of a busy worker's queue, so no costly item is left for last."""
+    seconds: dict[str, float] = {}
+    for c in cases:
+        seconds[c.item] = seconds.get(c.item, 0.0) + float(c.duration_s or 0.0)
+    return sorted(seconds, key=lambda item: (-seconds[item], item))
 
 
 def replaced(case: dict[str, Any], ops: frozenset[str]) -> bool:

@@ -456,15 +456,19 @@ class Worker:
         spec = config.getoption("fl_shard")
         shard = shards.Shard.parse(spec) if spec else None
         listed = config.getoption("fl_items")
-        only = set(Path(listed).read_text().split("\n")) - {""} if listed else None
+        order = (
+            {nodeid: i for i, nodeid in enumerate(Path(listed).read_text().split("\n")) if nodeid} if listed else None
+        )
         keep, drop = [], []
         for item in items:
             out = item.nodeid in self.done_items or (shard is not None and not shard.holds(item.nodeid))
-            out = out or (only is not None and item.nodeid not in only)
+            out = out or (order is not None and item.nodeid not in order)
             (drop if out else keep).append(item)
+        if order is not None:  # in the listed order (an incremental run lists the costliest first)
+            keep.sort(key=lambda item: order[item.nodeid])
         if drop:
             config.hook.pytest_deselected(items=drop)
-            items[:] = keep
+        items[:] = keep
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):

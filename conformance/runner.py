@@ -350,8 +350,10 @@ def pytest_command(options: RunOptions, record_file: Path, ini: Path, output: Pa
         "no:faulthandler",
         "-n",
         str(options.workers),
+        # Idle workers take pending items from busy ones: an incremental run's few costly items
+        # (board-size GEMMs) would otherwise sit in one worker's first batch while the other idles.
         "--dist",
-        "load",
+        "worksteal",
         "--max-worker-restart",
         "100000",
         # pytest-timeout is the backstop; the plugin's own watchdog ends a case first (and a GIL-holding one too).

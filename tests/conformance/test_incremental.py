@@ -16,7 +16,7 @@ import torch
 from conformance_helpers import FIXTURES, cases_by_id, conformance, run_env
 
 from torch_fl.conformance import journal, recordfile
-from torch_fl.conformance.incremental import EVERY, plan, sources_decide
+from torch_fl.conformance.incremental import EVERY, costliest_first, plan, sources_decide
 from torch_fl.conformance.recordfile import identity
 from torch_fl.conformance.runner import RunOptions, incremental_plan, resume_selection
 from torch_fl.platform.gating import Gate
@@ -135,7 +135,21 @@ def test_an_edited_kernel_file_plans_its_ops_vendor_items(chip: Path) -> None:
         "suites": ["ops", "sweep"],
         "items": 2,
     }
-    assert planned.items == ["ops.py::test_op[abs-float32]", "sweep.py::test_sweep[aten::neg-float32]"]
+    assert sorted(planned.items) == ["ops.py::test_op[abs-float32]", "sweep.py::test_sweep[aten::neg-float32]"]
+
+
+def test_a_plan_lists_the_costliest_items_first() -> None:
+    """Workers take pending items from the end of a busy worker's queue: cheap ones last."""
+    from types import SimpleNamespace
+
+    cases = [
+        SimpleNamespace(item="ops.py::a", duration_s=0.5),
+        SimpleNamespace(item="captured.py::b", duration_s=4.0),
+        SimpleNamespace(item="ops.py::a", duration_s=4.0),
+        SimpleNamespace(item="sweep.py::c", duration_s=None),
+        SimpleNamespace(item="captured.py::d", duration_s=9.0),
+    ]
+    assert costliest_first(cases) == ["captured.py::d", "ops.py::a", "captured.py::b", "sweep.py::c"]
 
 
 def test_an_edited_vendor_module_or_a_new_file_re_runs_every_vendor_op(chip: Path) -> None:
