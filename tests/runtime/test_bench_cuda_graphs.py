@@ -3,10 +3,10 @@ verdict from given numbers, and the deadline that kills a hung side. The timed r
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -16,14 +16,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_cuda_graphs", BENCH / "cuda_graphs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+def bench(load_bench: Callable[[str], ModuleType]) -> ModuleType:
+    return load_bench("cuda_graphs")
 
 
 def test_cases_run_their_code_on_the_cpu(bench: ModuleType) -> None:

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 @pytest.fixture(scope="module")
-def sides() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_side_processes", BENCH / "side_processes.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+def sides(load_bench: Callable[[str], ModuleType]) -> ModuleType:
+    return load_bench("side_processes")
 
 
 def test_a_constant_ratio_has_a_point_interval(sides: ModuleType) -> None:
