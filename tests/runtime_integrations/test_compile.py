@@ -319,14 +319,25 @@ def test_over_backing_hands_the_graph_machinery_backing_tensors_and_the_model_fl
 def test_a_kept_alias_is_replaced_once_it_no_longer_aliases_its_input():
     from torch_fl.runtime.device.core import core
 
-    reuse = core().as_backing_reusing
-    w = torch.randn(4, 4, device="flagos")
-    alias = reuse(w, None)
-    assert reuse(w, alias) is alias
-    assert reuse(w.t(), alias) is not alias  # other geometry
+    kept: dict[int, torch.Tensor | None] = {0: None}
+
+    def aliases(*tensors: torch.Tensor) -> list[torch.Tensor]:
+        inputs = [*tensors, 7]
+        core().backing_inputs(inputs, list(range(len(tensors))), kept)
+        assert inputs[-1] == 7  # what is not at a position stays
+        return inputs[: len(tensors)]
+
+    w, x = torch.randn(4, 4, device="flagos"), torch.randn(3, device="flagos")
+    alias, x_alias = aliases(w, x)
+    assert alias.device.type == x_alias.device.type == BACKING
+    assert kept[0] is alias
+    again, x_again = aliases(w, x)
+    assert again is alias and x_again is not x_alias  # only a kept position keeps its alias
+    (transposed,) = aliases(w.t())
+    assert transposed is not alias and kept[0] is transposed  # other geometry
     w.data = torch.randn(4, 4, device="flagos")  # other storage
-    fresh = reuse(w, alias)
-    assert fresh is not alias and torch.equal(fresh.cpu(), w.cpu())
+    (fresh,) = aliases(w)
+    assert fresh is not transposed and torch.equal(fresh.cpu(), w.cpu())
 
 
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
