@@ -84,6 +84,7 @@ template <class List>
 std::vector<at::Tensor> list_aliases(const List& list, NativeArguments& args, Arg kind) {
   std::vector<at::Tensor> out;
   out.reserve(list.size());
+  args.swaps.reserve(args.swaps.size() + list.size());  // a foreach list would regrow it twice
   for (const at::Tensor& t : list) out.push_back(is_flagos(t) ? args.tensor(t, kind == Arg::kWriteList) : t);
   return out;
 }
