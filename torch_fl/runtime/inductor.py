@@ -485,7 +485,7 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
     overwrites an output that the program still holds, CUDA raises on access to the stale tensor
     (its storage is marked); the flagos alias of it reads the overwritten memory instead.
     """
-    from torch_fl.runtime import as_backing, as_flagos, hand_to_backing
+    from torch_fl.runtime import as_backing, hand_to_backing
     from torch_fl.runtime.device.core import core
 
     if "constants" in kwargs:
@@ -506,7 +506,7 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         inputs.clear()
         args = list(given)
         for i in flagos_inputs:
-            args[i] = as_flagos(args[i])
+            args[i] = to_flagos(args[i])
         outputs = model(args)
         flagos_outputs[:] = [
             i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.device.type == FLAGOS
