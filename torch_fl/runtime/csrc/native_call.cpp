@@ -109,12 +109,13 @@ void note_device(c10::DeviceIndex& seen, const at::Tensor& t) {
 // out= as a conjugate view instead of conjugating the bytes).
 void write_back(Swap& s) {
   c10::StorageImpl* alias_si = s.alias_storage;
-  c10::TensorImpl* orig = s.original.unsafeGetTensorImpl();
+  const at::Tensor& original = s.original();
+  c10::TensorImpl* orig = original.unsafeGetTensorImpl();
   if (alias_si->data() != s.alias_data) {
     const size_t n = alias_si->nbytes();
     c10::DataPtr grown = alias_si->set_data_ptr(c10::DataPtr(nullptr, alias_si->device()));
-    c10::StorageImpl* target = s.original.storage().unsafeGetStorageImpl();
-    const auto dev = c10::Device(kFlagos, s.original.device().index());
+    c10::StorageImpl* target = original.storage().unsafeGetStorageImpl();
+    const auto dev = c10::Device(kFlagos, original.device().index());
     if (host_backed()) {
       target->set_data_ptr_noswap(track_host(std::move(grown), n, dev.index()));
     } else {
@@ -147,11 +148,11 @@ at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c
   // Each swap holds its alias and so the alias's storage: a result nothing else holds is new.
   if (t.use_count() == 1 && impl->storage().use_count() == 1) return adopt_as_flagos(std::move(t), index);
   for (auto& s : swaps) {
-    if (s.alias_impl == impl) return s.original;  // in-place and out= ops return their argument
+    if (s.alias_impl == impl) return s.original();  // in-place and out= ops return their argument
   }
   const c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
   for (auto& s : swaps) {
-    if (s.alias_storage == storage) return rebase_view(t, s.original.storage());  // a view of an input
+    if (s.alias_storage == storage) return rebase_view(t, s.original().storage());  // a view of an input
   }
   return adopt_as_flagos(std::move(t), index);
 }
@@ -168,7 +169,8 @@ at::Tensor NativeArguments::tensor(const at::Tensor& t, bool written) {
   note_device(index, t);
   at::Tensor alias = borrower.borrow(t);
   c10::StorageImpl* si = alias.storage().unsafeGetStorageImpl();
-  swaps.push_back(Swap{alias.unsafeGetTensorImpl(), si, const_cast<void*>(si->data()), t, written, alias});
+  swaps.push_back(Swap{alias.unsafeGetTensorImpl(), si, const_cast<void*>(si->data()), &t,
+                       arguments_outlive_call ? at::Tensor() : t, written, alias});
   return alias;
 }
 

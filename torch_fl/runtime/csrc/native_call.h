@@ -52,9 +52,15 @@ struct Swap {
   c10::TensorImpl* alias_impl;
   c10::StorageImpl* alias_storage;
   void* alias_data;
-  at::Tensor original;
+  // The flagos argument. A route whose arguments outlive the call points at them: copying a tensor
+  // that only Python holds takes the GIL twice (PyTorch keeps its Python object alive while C++
+  // holds a second reference), which was most of what a native call added per tensor. The boxed
+  // route overwrites its stack with the aliases, so it keeps a reference here instead.
+  const at::Tensor* argument;
+  at::Tensor kept;
   bool written;
   at::Tensor alias;
+  const at::Tensor& original() const { return kept.defined() ? kept : *argument; }
 };
 
 // One flagos sparse argument replaced by a backing sparse tensor over aliases of its members.
@@ -85,6 +91,8 @@ struct NativeArguments {
   c10::DeviceIndex index = -1;
   std::optional<c10::Device> host_operand;
   KernelKey kernel;
+  // The flagos arguments outlive the call (the unboxed route's own arguments): swaps point at them.
+  bool arguments_outlive_call = false;
 
   NativeArguments() = default;
   NativeArguments(const NativeArguments&) = delete;

@@ -71,11 +71,12 @@ struct Pass<at::Tensor&> : TensorPass<at::Tensor&> {
 
 template <>
 struct Pass<const std::optional<at::Tensor>&> {
-  std::optional<at::Tensor> value;
-  Pass(const std::optional<at::Tensor>& t, NativeArguments& args, Arg) {
-    value = t.has_value() && is_flagos(*t) ? std::optional<at::Tensor>(args.tensor(*t, false)) : t;
+  const std::optional<at::Tensor>& original;
+  std::optional<at::Tensor> alias;  // set when the argument is a flagos tensor
+  Pass(const std::optional<at::Tensor>& t, NativeArguments& args, Arg) : original(t) {
+    if (t.has_value() && is_flagos(*t)) alias = args.tensor(*t, false);
   }
-  const std::optional<at::Tensor>& get() { return value; }
+  const std::optional<at::Tensor>& get() { return alias.has_value() ? alias : original; }
   static bool sparse(const std::optional<at::Tensor>& t) { return t.has_value() && is_sparse_layout(*t); }
 };
 
@@ -205,6 +206,7 @@ struct Unboxed<Op, R(A...)> {
   // arguments are taken as lvalues: the boxed route may still need them intact.
   static R native(A&... a) {
     NativeArguments args;  // declared first: its aliases return to the pool after the passes let go
+    args.arguments_outlive_call = true;
     size_t i = 0;
     std::tuple<Pass<A>...> passes{Pass<A>(a, args, info().args[i++])...};
     args.check_operands();
