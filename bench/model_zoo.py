@@ -12,8 +12,9 @@ mode every side builds the case from the same CPU weights (concurrently: buildin
 then the timed rounds interleave across the sides, and the medians are compared: each ratio with
 a 95% bootstrap interval over the rounds (resampled in pairs: round i of every side ran in one
 turn), and the host CPU time per run against plain's, which is what flagos adds and holds steady
-where a shared board's wall time does not. A case is below its mode's target only when its whole
-interval is.
+where a shared board's wall time does not. A CUDA side spins while it waits for the GPU, which
+counts as CPU time: with --sleep-on-sync every side sleeps instead, and its CPU time is its host
+work alone. A case is below its mode's target only when its whole interval is.
 
 Modes (decode only for the architectures that generate):
 
@@ -51,6 +52,7 @@ from side_processes import (  # noqa: E402
     EMPTY_TABLE,
     Side,
     agreement,
+    apply_sync_mode,
     calls_by_path,
     device_api,
     fmt,
@@ -192,6 +194,7 @@ class ZooSide:
             "ms_per_run": statistics.median(self.rounds),
             "ms_per_run_rounds": self.rounds,
             "host_cpu_ms_per_run": statistics.median(self.cpu_rounds),
+            "host_cpu_ms_per_run_rounds": self.cpu_rounds,
             "peak_memory_bytes": max(self.peak(), 0) or None,
             "checks": self.checks,
         }
@@ -209,9 +212,11 @@ class ZooSide:
 def serve_side(side: str, variant: str, host: bool) -> None:
     import transformers
 
+    sleeps = apply_sync_mode()  # before this process first uses CUDA
     runner = ZooSide(side, variant, host)
     ready = {
         "ready": True,
+        "sleep_on_sync": sleeps,
         "backing": runner.backing,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -275,7 +280,7 @@ class Run:
         command = [sys.executable, __file__, "--child", f"{side}:{variant or 'plain'}"]
         command += ["--host"] if self.args.host else []
         platform = "host_ref" if self.args.host else None
-        env = side_env(side, variant or "tuned", self.scratch / "routes.yaml", platform)
+        env = side_env(side, variant or "tuned", self.scratch / "routes.yaml", platform, self.args.sleep_on_sync)
         log = self.scratch / f"{label.replace(' ', '-')}.log"
         return Side(command, env, log, wait=False, cpus=None if self.args.host else shared_cpus())
 
@@ -344,6 +349,9 @@ class Run:
                 # host CPU time per run, flagos over plain: what flagos adds on the host, steady
                 # where the wall time of a shared board is not
                 "host_cpu_ratio": round(mine["host_cpu_ms_per_run"] / plain["host_cpu_ms_per_run"], 4),
+                "host_cpu_interval": ratio_interval(
+                    mine["host_cpu_ms_per_run_rounds"], plain["host_cpu_ms_per_run_rounds"]
+                ),
                 "agree": ok,
                 "how": how,
             }
@@ -383,7 +391,7 @@ def count(n: int) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
 
 
-CELL = 58  # width of a flagos column: "0.879x [0.861, 0.902] cpu 1.21x first 2 losses within 6.2e-06"
+CELL = 74  # a flagos column: "0.879x [0.861, 0.902] cpu 1.21x [1.18, 1.25] first 2 losses within 6.2e-06"
 TARGETS = {"train": 0.97, "prefill": 0.97, "decode": 0.95}
 """Throughput against plain that a flagos side should reach, per mode: a case is below it only
 when its whole interval is."""
@@ -392,6 +400,11 @@ when its whole interval is."""
 def interval(r: dict) -> str:
     bounds = r.get("ratio_interval")
     return f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else f"(best rounds {r['best_round_ratio']:.2f})"
+
+
+def host_cpu(r: dict) -> str:
+    bounds = r.get("host_cpu_interval")
+    return f"cpu {r['host_cpu_ratio']:.2f}x" + (f" [{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else "")
 
 
 def row(c: dict, variants: list[str]) -> str:
@@ -404,8 +417,7 @@ def row(c: dict, variants: list[str]) -> str:
             if f"flagos {v}" in c["failed"]
             else "-"
             if r is None
-            else f"{r['ratio']:.3f}x {interval(r)} cpu {r['host_cpu_ratio']:.2f}x "
-            f"{'' if r['agree'] else 'DIFFER: '}{r['how']}"
+            else f"{r['ratio']:.3f}x {interval(r)} {host_cpu(r)} {'' if r['agree'] else 'DIFFER: '}{r['how']}"
         )
     params = count(c["shape"]["parameters"]) if c["shape"] else "-"
     return f"{c['model']:10s}{c['mode']:11s}{params:>9s}  {describe(c):16s}{rate(c):>14s}" + "".join(
@@ -424,7 +436,7 @@ def closing(cases: list[dict]) -> str:
     lines = [
         "flagos columns: throughput against plain (plain time / flagos time; above 1: flagos faster) from the "
         "medians, its 95% bootstrap interval over the interleaved rounds, host CPU time per run against plain's "
-        "(cpu), then the agreement check"
+        "(cpu; flagos over plain, with its interval), then the agreement check"
     ]
     for c in cases:
         target = TARGETS[c["mode"].split("-")[0]]
@@ -480,6 +492,12 @@ def main() -> None:
     parser.add_argument("--json", help="write every case, side and check here")
     parser.add_argument("--profile", help="write each side's top-30 host-time ops per case here (JSON)")
     parser.add_argument("--profile-runs", type=int, default=3, help="runs profiled with --profile")
+    parser.add_argument(
+        "--sleep-on-sync",
+        action="store_true",
+        help="every side sleeps while it waits for the GPU instead of spinning: host CPU time then "
+        "counts host work only (by default it equals wall time wherever a side waits)",
+    )
     parser.add_argument("--child", help="(internal) SIDE:VARIANT: serve one side")
     args = parser.parse_args()
     args.host = args.host or not torch.cuda.is_available()

@@ -14,6 +14,7 @@ This module imports torch and the standard library only: plain sides import it t
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import importlib.util
 import json
@@ -37,6 +38,8 @@ EMPTY_TABLE = "format: 1\nops: {}\n"
 # optional JSON keyword arguments); replies on stdout, each a line starting with this marker
 # (anything else a library prints is ignored).
 MARK = "@@"
+# Set to "1" in a side's environment: it sleeps on CUDA synchronisation (apply_sync_mode).
+SLEEP_ON_SYNC = "BENCH_SLEEP_ON_SYNC"
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,14 @@ def serve(commands: Mapping[str, Callable[..., dict]], last: str) -> None:
             return
 
 
-def side_env(side: str, variant: str, table: Path, platform: str | None = None) -> dict[str, str]:
+def side_env(
+    side: str, variant: str, table: Path, platform: str | None = None, sleep_on_sync: bool = False
+) -> dict[str, str]:
     """The environment of a side's process: a plain side without flagos, a flagos side with the
-    routes of `variant` (`table`: an empty route table) and, if given, FLAGOS_PLATFORM=`platform`."""
+    routes of `variant` (`table`: an empty route table) and, if given, FLAGOS_PLATFORM=`platform`;
+    `sleep_on_sync`: the side calls `apply_sync_mode()` to sleep while it waits for the GPU."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env[SLEEP_ON_SYNC] = "1" if sleep_on_sync else "0"
     if side == "plain":
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
         env.pop("FLAGOS_PLATFORM", None)
@@ -85,6 +92,31 @@ def side_env(side: str, variant: str, table: Path, platform: str | None = None) 
     if spec.defaults is not None:
         env.update(FLAGOS_ROUTES=str(table), FLAGOS_ROUTE_DEFAULTS=spec.defaults)
     return {**env, **spec.env}
+
+
+def apply_sync_mode() -> bool:
+    """In a side started with `side_env(..., sleep_on_sync=True)`: CUDA synchronisation in this
+    process sleeps until the GPU is done instead of spinning (CU_CTX_SCHED_BLOCKING_SYNC on every
+    device's primary context). A spinning wait is CPU time, so by default a side's CPU time equals
+    its wall time wherever the host waits for the GPU and says nothing of the host work; sleeping,
+    it counts the host work alone, at the price of a wake-up (microseconds) per wait on both sides.
+    Call before the side first uses CUDA. Whether the mode was set (False also without a driver)."""
+    if os.environ.get(SLEEP_ON_SYNC) != "1":
+        return False
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count, device = ctypes.c_int(), ctypes.c_int()
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return False
+    blocking_sync = 0x4  # CU_CTX_SCHED_BLOCKING_SYNC
+    for index in range(count.value):
+        if driver.cuDeviceGet(ctypes.byref(device), index) != 0:
+            return False
+        if driver.cuDevicePrimaryCtxSetFlags_v2(device, blocking_sync) != 0:
+            return False
+    return True
 
 
 @dataclass

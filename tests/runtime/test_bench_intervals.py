@@ -41,3 +41,11 @@ def test_noise_gives_an_interval_around_the_true_ratio_that_narrows_with_rounds(
 
 def test_too_few_rounds_give_no_interval(sides: ModuleType) -> None:
     assert sides.ratio_interval([1.0, 2.0], [1.0, 2.0]) is None
+
+
+def test_sides_sleep_on_sync_only_when_asked(sides: ModuleType, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = sides.side_env("plain", "tuned", tmp_path / "routes.yaml", sleep_on_sync=True)
+    default = sides.side_env("flagos", "tuned", tmp_path / "routes.yaml")
+    assert asked[sides.SLEEP_ON_SYNC] == "1" and default[sides.SLEEP_ON_SYNC] == "0"
+    monkeypatch.setenv(sides.SLEEP_ON_SYNC, "0")
+    assert sides.apply_sync_mode() is False  # not asked: the driver is not touched
