@@ -315,29 +315,52 @@ def test_over_backing_hands_the_graph_machinery_backing_tensors_and_the_model_fl
     assert all(alias is seen["static"][0] for alias in seen["static"])
 
 
+def _backing_inputs(kept: object, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """`backing_inputs` over `tensors` and a non-tensor, the first tensor's alias kept in `kept`."""
+    from torch_fl.runtime.device.core import core
+
+    inputs = [*tensors, 7]
+    core().backing_inputs(inputs, list(range(len(tensors))), [i == 0 for i in range(len(tensors))], kept)
+    assert inputs[-1] == 7  # what is not at a position stays
+    return inputs[: len(tensors)]
+
+
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
 def test_a_kept_alias_is_replaced_once_it_no_longer_aliases_its_input():
     from torch_fl.runtime.device.core import core
 
-    kept: dict[int, torch.Tensor | None] = {0: None}
-
-    def aliases(*tensors: torch.Tensor) -> list[torch.Tensor]:
-        inputs = [*tensors, 7]
-        core().backing_inputs(inputs, list(range(len(tensors))), kept)
-        assert inputs[-1] == 7  # what is not at a position stays
-        return inputs[: len(tensors)]
-
+    kept = core().KeptAliases()
     w, x = torch.randn(4, 4, device="flagos"), torch.randn(3, device="flagos")
-    alias, x_alias = aliases(w, x)
+    alias, x_alias = _backing_inputs(kept, w, x)
     assert alias.device.type == x_alias.device.type == BACKING
-    assert kept[0] is alias
-    again, x_again = aliases(w, x)
+    again, x_again = _backing_inputs(kept, w, x)
     assert again is alias and x_again is not x_alias  # only a kept position keeps its alias
-    (transposed,) = aliases(w.t())
-    assert transposed is not alias and kept[0] is transposed  # other geometry
+    (transposed,) = _backing_inputs(kept, w.t())
+    assert transposed is not alias and torch.equal(transposed.cpu(), w.t().cpu())  # other geometry
+    assert _backing_inputs(kept, w.t())[0] is transposed
     w.data = torch.randn(4, 4, device="flagos")  # other storage
-    (fresh,) = aliases(w)
+    (fresh,) = _backing_inputs(kept, w)
     assert fresh is not transposed and torch.equal(fresh.cpu(), w.cpu())
+
+
+@pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
+def test_a_kept_alias_holds_nothing_alive():
+    """A static input the program drops is freed at once, as on the backing: transformers makes a
+    new static KV cache per generate, and a kept alias that held the old one put the new one at
+    other addresses, so the CUDA graphs recorded over the old ones never replayed again."""
+    from torch_fl.runtime.device.core import core
+
+    kept = core().KeptAliases()
+    torch.flagos.synchronize()
+    before = torch.flagos.memory_allocated()
+    cache = torch.zeros(1 << 20, device="flagos")
+    (alias,) = _backing_inputs(kept, cache)
+    assert torch.flagos.memory_allocated() >= before + cache.nbytes
+    del alias, cache
+    assert torch.flagos.memory_allocated() == before
+    replacement = torch.zeros(1 << 20, device="flagos")  # a new tensor, kept in the same place
+    (alias,) = _backing_inputs(kept, replacement)
+    assert torch.equal(alias.cpu(), replacement.cpu())
 
 
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")

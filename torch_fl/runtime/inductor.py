@@ -491,13 +491,18 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
     if "constants" in kwargs:
         kwargs["constants"] = tuple(as_backing(c) if isinstance(c, torch.Tensor) else c for c in kwargs["constants"])
     flagos_inputs: list[int] = []  # positions of flagos tensors among the inputs
+    keep: list[bool] = []  # per flagos input: static (a parameter, buffer or static cache)
     flagos_outputs: list[int] = []  # positions of flagos tensors among model's outputs
     wrapped: Callable[..., Any] | None = None
-    # The aliases of static inputs (parameters, buffers: the same tensors every call), kept while
-    # they still alias their input: one check per call instead of a new alias. A replay converts
-    # its inputs in one C++ call (a Python call per input was 1 us each).
+    # The aliases of static inputs (the same tensors every call) are kept while they still alias
+    # their input: one check per call instead of a new alias. They hold nothing alive, so a static
+    # input the program replaces (transformers makes a new static cache per generate) is freed, and
+    # its replacement can take its addresses, as on plain CUDA: the graphs recorded over those
+    # addresses replay instead of recording again. A replay converts its inputs in one C++ call (a
+    # Python call per input was 1 us each).
     static = set(args[0] if args else kwargs.get("static_input_idxs", ()))
-    static_aliases: dict[int, torch.Tensor | None] = {}
+    kept = core().KeptAliases()
+    call: list[Any] = []  # the flagos inputs of the call in progress
     backing_inputs, to_flagos = core().backing_inputs, core().as_flagos
 
     def on_flagos(inputs: list[Any]) -> Any:
@@ -505,8 +510,14 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         given = list(inputs)
         inputs.clear()
         args = list(given)
-        for i in flagos_inputs:
-            args[i] = to_flagos(args[i])
+        for i, is_static in zip(flagos_inputs, keep):
+            if is_static:
+                # The program's own tensor, and an owning alias for outputs over its memory: the
+                # kept alias the machinery was given borrows the bytes for this call only.
+                args[i] = call[i]
+                given[i] = as_backing(call[i])
+            else:
+                args[i] = to_flagos(args[i])
         outputs = model(args)
         flagos_outputs[:] = [
             i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.device.type == FLAGOS
@@ -519,12 +530,16 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
             flagos_inputs[:] = [
                 i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.device.type == FLAGOS
             ]
-            static_aliases.update((i, None) for i in flagos_inputs if i in static)
+            keep[:] = [i in static for i in flagos_inputs]
             wrapped = cudagraphify(on_flagos, *args, **kwargs)
-        args_ = list(inputs)
+        call[:] = inputs
         inputs.clear()
-        backing_inputs(args_, flagos_inputs, static_aliases)
-        return _replace(wrapped(args_), flagos_outputs, to_flagos)
+        args_ = list(call)
+        backing_inputs(args_, flagos_inputs, keep, kept)
+        try:
+            return _replace(wrapped(args_), flagos_outputs, to_flagos)
+        finally:
+            call.clear()
 
     return run
 

@@ -73,17 +73,23 @@ at::Tensor as_backing(const at::Tensor& t) {
   return owning_alias(t, to_backing(t.device()), backing().key, c10::GetAllocator(backing().type), false);
 }
 
-at::Tensor as_backing_reusing(const at::Tensor& t, const std::optional<at::Tensor>& previous) {
-  if (previous.has_value() && previous->defined() && t.defined() && t.device().type() == kFlagos) {
-    const c10::Storage* held = held_storage(previous->storage().data_ptr());
-    if (held != nullptr && held->unsafeGetStorageImpl() == t.storage().unsafeGetStorageImpl() &&
-        previous->dtype() == t.dtype() && previous->storage_offset() == t.storage_offset() &&
-        previous->sizes() == t.sizes() && previous->strides() == t.strides() && previous->is_conj() == t.is_conj() &&
-        previous->is_neg() == t.is_neg()) {
-      return *previous;
+at::Tensor KeptAliases::alias(const at::Tensor& t, size_t slot) {
+  if (slot >= entries_.size()) entries_.resize(slot + 1);
+  std::optional<Entry>& entry = entries_[slot];
+  const c10::Storage& s = t.storage();
+  if (entry.has_value() && !entry->source.expired() && entry->source._unsafe_get_target() == s.unsafeGetStorageImpl()) {
+    const at::Tensor& a = entry->alias;
+    if (a.storage().data() == s.data() && a.storage().nbytes() == s.nbytes() && a.dtype() == t.dtype() &&
+        a.storage_offset() == t.storage_offset() && a.sizes() == t.sizes() && a.strides() == t.strides() &&
+        a.is_conj() == t.is_conj() && a.is_neg() == t.is_neg()) {
+      return a;
     }
   }
-  return as_backing(t);
+  // A borrowing alias of its own (not the route's pool): nothing frees or reuses it but this entry.
+  at::Tensor a = wrap(t, c10::DataPtr(s.mutable_data(), to_backing(t.device())), s.nbytes(), backing().key,
+                      c10::GetAllocator(backing().type), false);
+  entry = Entry{c10::weak_intrusive_ptr<c10::StorageImpl>(s.getWeakStorageImpl()), a};
+  return a;
 }
 
 at::Tensor hand_to_backing(const at::Tensor& t) {

@@ -45,9 +45,25 @@ c10::Device to_flagos(c10::Device backing_device, c10::DeviceIndex host_index);
 // Owning alias: shares bytes and keeps the other tensor's storage alive (safe to hand out).
 at::Tensor as_backing(const at::Tensor& t);
 at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index = -1);
-// `previous` (an owning alias as_backing made) while it still aliases `t` with `t`'s geometry, else
-// a new owning alias: callers that pass the same tensors call after call keep their aliases.
-at::Tensor as_backing_reusing(const at::Tensor& t, const std::optional<at::Tensor>& previous);
+// Backing aliases of the tensors a caller passes call after call (a compiled graph's parameters,
+// buffers and static caches), kept from one call to the next while they alias the same bytes with
+// the same geometry: one check per tensor instead of a new alias. An entry holds its tensor's
+// storage weakly and its alias borrows the bytes, so a kept alias is valid only while the tensor
+// it was made for is passed (use it within the call), and a tensor the program drops is freed as
+// on the backing: an owning alias kept here would hold it, and a replacement allocated meanwhile
+// would land at other addresses (a CUDA graph over static addresses then records again).
+class KeptAliases {
+ public:
+  // The alias of `t` (a flagos tensor) kept in `slot`, or a new one kept there.
+  at::Tensor alias(const at::Tensor& t, size_t slot);
+
+ private:
+  struct Entry {
+    c10::weak_intrusive_ptr<c10::StorageImpl> source;
+    at::Tensor alias;
+  };
+  std::vector<std::optional<Entry>> entries_;
+};
 // A backing tensor over a flagos tensor's bytes that takes over their ownership: its storage frees
 // the buffer through the backing allocator's own deleter (which CUDA graph trees require of the
 // outputs they manage), and the flagos storage keeps it alive. An owning alias (as_backing) where

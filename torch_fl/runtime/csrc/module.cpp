@@ -61,27 +61,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("device_count", [] { return static_cast<int>(device_count()); });
   m.def("current_device", [] { return static_cast<int>(current_index()); });
   m.def("as_backing", &as_backing, "zero-copy alias of a flagos tensor on the backing device");
+  py::class_<KeptAliases>(m, "KeptAliases",
+                          "backing aliases kept from one call to the next while they alias the same bytes; "
+                          "they hold nothing alive (see backing_inputs)")
+      .def(py::init<>());
   m.def(
       "backing_inputs",
-      [](py::list inputs, const std::vector<int64_t>& positions, py::dict kept) {
-        for (const int64_t i : positions) {
+      [](py::list inputs, const std::vector<int64_t>& positions, const std::vector<bool>& keep, KeptAliases& kept) {
+        TORCH_CHECK(keep.size() == positions.size(), "backing_inputs: one keep flag per position");
+        for (size_t k = 0; k < positions.size(); ++k) {
+          const int64_t i = positions[k];
           const auto t = inputs[i].cast<at::Tensor>();
-          const py::int_ key(i);
-          at::Tensor alias;
-          if (kept.contains(key)) {
-            const py::object previous = kept[key];
-            alias = as_backing_reusing(
-                t, previous.is_none() ? std::nullopt : std::optional<at::Tensor>(previous.cast<at::Tensor>()));
-            kept[key] = alias;
-          } else {
-            alias = as_backing(t);
-          }
-          inputs[i] = alias;
+          inputs[i] = keep[k] ? kept.alias(t, static_cast<size_t>(i)) : as_backing(t);
         }
       },
-      py::arg("inputs"), py::arg("positions"), py::arg("kept"),
-      "the flagos tensors at `positions` of `inputs` replaced by backing aliases; a position that is a key of "
-      "`kept` reuses the alias kept there while it still aliases its tensor (as_backing_reusing), and keeps its own");
+      py::arg("inputs"), py::arg("positions"), py::arg("keep"), py::arg("kept"),
+      "the flagos tensors at `positions` of `inputs` replaced by backing aliases: owning ones, or where `keep` "
+      "says so the alias `kept` holds for that position (valid while the call lasts, made anew when the "
+      "tensor there is another)");
   m.def("hand_to_backing", &hand_to_backing,
         "a backing tensor over a flagos tensor's bytes that owns them through the backing allocator");
   m.def("as_flagos", &as_flagos, py::arg("tensor"), py::arg("host_index") = -1,
