@@ -105,7 +105,8 @@ def apply_sync_mode() -> bool:
         return False
     try:
         driver = ctypes.CDLL("libcuda.so.1")
-    except OSError:
+        set_flags = driver.cuDevicePrimaryCtxSetFlags_v2
+    except (OSError, AttributeError):  # no driver, or one older than CUDA 11
         return False
     count, device = ctypes.c_int(), ctypes.c_int()
     if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
@@ -114,7 +115,7 @@ def apply_sync_mode() -> bool:
     for index in range(count.value):
         if driver.cuDeviceGet(ctypes.byref(device), index) != 0:
             return False
-        if driver.cuDevicePrimaryCtxSetFlags_v2(device, blocking_sync) != 0:
+        if set_flags(device, blocking_sync) != 0:
             return False
     return True
 
