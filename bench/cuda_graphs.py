@@ -20,7 +20,7 @@ Cases, both under `torch.compile(mode="reduce-overhead")` (inductor's CUDA graph
 
 Each side reports how many CUDA graphs inductor recorded and how many it skipped (the inductor
 counter `cudagraph_skips`); a case passes only with graphs recorded and none skipped on both
-sides, MLP outputs that agree (relative 2e-2, bf16) and equal generated tokens. The exit status
+sides, none recorded during the timed rounds (a warmed-up case replays), MLP outputs that agree (relative 2e-2, bf16) and equal generated tokens. The exit status
 is 1 when a case fails or a side dies, 2 when the run passes --timeout (default 150 s): the sides
 are killed then, and each side's log (its faulthandler stacks included) is named.
 """
@@ -192,7 +192,7 @@ class GraphSide:
             for _ in range(runs):
                 self.run()
             self.sync()
-        return {"wall_s": timed.wall_s, "cpu_s": timed.cpu_s}
+        return {"wall_s": timed.wall_s, "cpu_s": timed.cpu_s, "recorded": graph_counts()["recorded"]}
 
     def finish(self) -> dict:
         return {"done": True}
@@ -250,6 +250,11 @@ def summarize(case: str, built: dict[str, dict], rounds: dict[str, list[float]],
             problems.append(f"{side}: no CUDA graph recorded")
         if built[side]["skips"]:
             problems.append(f"{side}: {built[side]['skips']} cudagraph skips")
+        # A warmed-up case replays: a graph recorded during the timed rounds means its inputs
+        # stopped matching the recorded ones (a re-recording per call, timed as a replay).
+        again = built[side].get("recorded_after_rounds", built[side]["recorded"]) - built[side]["recorded"]
+        if again:
+            problems.append(f"{side}: {again} graphs recorded during the timed rounds")
     if not agree(case, built["plain"]["check"], built["flagos"]["check"]):
         problems.append("outputs differ between plain and flagos")
     result["problems"] = problems
@@ -324,6 +329,7 @@ def run_case(case: str, sides: dict[str, Side], dims: Dims, runs: int, rounds: i
                 why = side.failed if answer is None else answer["error"]
                 return {"case": case, "error": f"{name} side: {why} (log: {side.log})"}
             timings[name].append(answer["wall_s"])
+            built[name]["recorded_after_rounds"] = answer["recorded"]
     return summarize(case, {name: b for name, b in built.items() if b is not None}, timings, runs)
 
 

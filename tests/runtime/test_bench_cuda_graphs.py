@@ -52,6 +52,10 @@ def test_summary_ratios_and_verdicts(bench: ModuleType) -> None:
         "flagos: 1 cudagraph skips",
         "outputs differ between plain and flagos",
     ]
+    rerecorded = bench.summarize(
+        "decode", {"plain": _built(), "flagos": {**_built(), "recorded_after_rounds": 5}}, rounds, runs=2
+    )
+    assert rerecorded["problems"] == [f"flagos: {5 - _built()['recorded']} graphs recorded during the timed rounds"]
     text = bench.report({"gpu": "H200", "torch": "2.11"}, [mlp, failed, {"case": "decode", "error": "boom"}])
     assert "FAILED: flagos: no CUDA graph recorded" in text and "FAILED: boom" in text
 
