@@ -475,10 +475,10 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
 
     Both callables take inductor's boxed calling convention: one list of inputs, which the callee
     empties. Each call hands the CUDA graph machinery (`cudagraphify`'s function) CUDA aliases of
-    the flagos inputs; `model` gets flagos aliases of what the machinery passes it (its own copies
-    while recording, which become its graph's inputs), and the outputs `model` gave as flagos
-    tensors are handed back as flagos aliases of what the machinery returns (on a replay, its
-    graph's static outputs). Which inputs are flagos is read from the first call (a compiled
+    the flagos inputs; `model` gets the program's own static inputs and flagos aliases of the other
+    inputs the machinery passes it (its own copies while recording, which become its graph's
+    inputs), and the outputs `model` gave as flagos tensors are handed back as flagos aliases of
+    what the machinery returns (on a replay, its graph's static outputs). Which inputs are flagos is read from the first call (a compiled
     graph's input devices are fixed by its guards); a graph without flagos tensors goes through as is.
 
     One check of the tree manager does not reach through the boundary: when a later replay
