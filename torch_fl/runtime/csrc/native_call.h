@@ -54,8 +54,8 @@ struct Swap {
   void* alias_data;
   // The flagos argument. A route whose arguments outlive the call points at them: copying a tensor
   // that only Python holds takes the GIL twice (PyTorch keeps its Python object alive while C++
-  // holds a second reference), which was most of what a native call added per tensor. The boxed
-  // route overwrites its stack with the aliases, so it keeps a reference here instead.
+  // holds a second reference), per tensor argument and call. The boxed route overwrites its stack
+  // with the aliases, so it keeps a reference here instead.
   const at::Tensor* argument;
   at::Tensor kept;
   bool written;
