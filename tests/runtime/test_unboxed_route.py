@@ -25,7 +25,10 @@ def _native_calls() -> dict[str, int]:
     return {op: native for op, (native, _) in torch_fl.runtime.core().route_counts().items() if native}
 
 
-@pytest.mark.parametrize("op", ["aten::add.Tensor", "aten::mm", "aten::cat", "aten::native_layer_norm"])
+# index_copy_: a static KV cache's update, each layer of each eager decode step
+@pytest.mark.parametrize(
+    "op", ["aten::add.Tensor", "aten::mm", "aten::cat", "aten::native_layer_norm", "aten::index_copy_"]
+)
 def test_hot_ops_are_served_unboxed(op: str) -> None:
     assert _kernel(op) == UNBOXED
 
@@ -47,6 +50,10 @@ def test_results_counts_and_identity_match_the_boxed_route(same: Callable[..., N
     target = fa.clone()
     assert target.add_(fa) is target  # an in-place op returns its own argument
     same(target, a + a)
+    cache, rows = torch.zeros(8, 4), torch.tensor([1, 6])
+    flagos_cache = cache.to("flagos")
+    assert flagos_cache.index_copy_(0, rows.to("flagos"), fb[:2]) is flagos_cache  # int and tensor arguments
+    same(flagos_cache, cache.index_copy_(0, rows, b[:2]))
     calls = _native_calls()
     assert calls["aten::mm"] == 1 and calls["aten::cat"] == 1 and calls["aten::native_layer_norm"] == 2
     assert calls["aten::add_.Tensor"] == 1

@@ -281,7 +281,7 @@ void register_unboxed_native_kernels() {
       ops::_log_softmax_backward_data, ops::nll_loss_forward, ops::nll_loss_backward, ops::native_layer_norm,
       ops::native_layer_norm_backward,
       // gathering and joining
-      ops::cat, ops::index_select, ops::gather, ops::embedding_dense_backward,
+      ops::cat, ops::index_select, ops::gather, ops::embedding_dense_backward, ops::index_copy_,
       // a decode step's bookkeeping (positions, stopping criteria, sampling masks)
       ops::arange_start_out, ops::isin_Tensor_Tensor, ops::bitwise_or_Tensor, ops::bitwise_and_Tensor, ops::bitwise_not,
       ops::any, ops::any_dim, ops::all, ops::max, ops::lt_Scalar, ops::gt_Scalar, ops::le_Tensor, ops::cumsum,
