@@ -159,16 +159,29 @@ def ratio_interval(
     fewer than 3). Round i of every side ran in one turn, under the machine's state of that moment,
     so rounds are resampled as pairs: a slow moment of the board weighs on both sides alike."""
     n = min(len(reference), len(mine))
+    return _bootstrap(
+        n,
+        lambda picked: statistics.median(reference[i] for i in picked) / statistics.median(mine[i] for i in picked),
+        level,
+        draws,
+    )
+
+
+def median_interval(values: Sequence[float], level: float = 0.95, draws: int = 4000) -> tuple[float, float] | None:
+    """A bootstrap interval of the median of `values` (one per round; None for fewer than 3)."""
+    return _bootstrap(len(values), lambda picked: statistics.median(values[i] for i in picked), level, draws)
+
+
+def _bootstrap(
+    n: int, statistic: Callable[[list[int]], float], level: float, draws: int
+) -> tuple[float, float] | None:
+    """The `level` percentile interval of `statistic` over `draws` resamplings of rounds 0..n-1."""
     if n < 3:
         return None
     rng = random.Random(0)  # the same rounds give the same interval
-    ratios = []
-    for _ in range(draws):
-        picked = [rng.randrange(n) for _ in range(n)]
-        ratios.append(statistics.median(reference[i] for i in picked) / statistics.median(mine[i] for i in picked))
-    ratios.sort()
+    values = sorted(statistic([rng.randrange(n) for _ in range(n)]) for _ in range(draws))
     tail = (1 - level) / 2
-    return round(ratios[int(tail * draws)], 4), round(ratios[min(draws - 1, int((1 - tail) * draws))], 4)
+    return round(values[int(tail * draws)], 4), round(values[min(draws - 1, int((1 - tail) * draws))], 4)
 
 
 def shared_cpus() -> set[int] | None:

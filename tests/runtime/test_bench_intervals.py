@@ -49,3 +49,20 @@ def test_sides_sleep_on_sync_only_when_asked(sides: ModuleType, tmp_path, monkey
     assert asked[sides.SLEEP_ON_SYNC] == "1" and default[sides.SLEEP_ON_SYNC] == "0"
     monkeypatch.setenv(sides.SLEEP_ON_SYNC, "0")
     assert sides.apply_sync_mode() is False  # not asked: the driver is not touched
+
+
+def test_a_median_interval_holds_the_median_and_needs_three_rounds(sides: ModuleType) -> None:
+    assert sides.median_interval([0.4, 0.4, 0.4]) == (0.4, 0.4)
+    low, high = sides.median_interval([0.30, 0.35, 0.40, 0.45, 0.50, 2.0])
+    assert low <= 0.425 <= high and high <= 2.0
+    assert sides.median_interval([0.3, 0.4]) is None
+
+
+def test_a_dispatch_target_is_judged_by_the_whole_interval(load_bench: Callable[[str], ModuleType]) -> None:
+    dispatch = load_bench("dispatch_overhead")
+    assert dispatch.verdict({"median": 0.25, "interval": (0.2, 0.29)}, 0.3) == "met"
+    assert dispatch.verdict({"median": 0.4, "interval": (0.31, 0.5)}, 0.3) == "MISSED"
+    assert dispatch.verdict({"median": 0.25, "interval": (0.2, 0.5)}, 0.3) == "undecided"
+    assert dispatch.verdict({"median": 0.35, "interval": None}, 0.3) == "MISSED"  # one round: its difference
+    assert dispatch.target_us("cuda", "foreach") == pytest.approx(0.8) and dispatch.target_us("cpu", "add") == 0.5
+    assert dispatch.target_us("cpu", "mm") is None and dispatch.target_us("cuda", "x[0]") == 0.2

@@ -33,10 +33,16 @@ def test_dispatch_overhead_bench(run_python, tmp_path):
     out = tmp_path / "dispatch.json"
     result = run_python(script("bench/dispatch_overhead.py", "--quick", "--json", str(out)), env=PLATFORM)
     assert "native us" in result.stdout
-    numbers = json.loads(out.read_text())["us_per_op"]
+    summary = json.loads(out.read_text())
+    numbers = summary["us_per_op"]
     assert set(numbers) == {"add", "mm", "x[0]", "x.t()", "cast", "sdpa q1", "foreach"}
     assert set(numbers["add"]) == {"plain", "native", "python"}
     assert all(v > 0 for ways in numbers.values() for v in ways.values())
+    # one round: each delta is that round's difference, with no interval to give
+    for name, ways in summary["us_per_op_rounds"].items():
+        assert summary["delta_us"][name] == {"median": ways["native"][0] - ways["plain"][0], "interval": None}
+    # the host's target for add, judged on that one difference
+    assert re.search(r"^add .*<= 0\.5 us: (met|MISSED)$", result.stdout, re.MULTILINE), result.stdout
 
 
 @pytest.mark.own_process
