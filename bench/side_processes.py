@@ -172,9 +172,7 @@ def median_interval(values: Sequence[float], level: float = 0.95, draws: int = 4
     return _bootstrap(len(values), lambda picked: statistics.median(values[i] for i in picked), level, draws)
 
 
-def _bootstrap(
-    n: int, statistic: Callable[[list[int]], float], level: float, draws: int
-) -> tuple[float, float] | None:
+def _bootstrap(n: int, statistic: Callable[[list[int]], float], level: float, draws: int) -> tuple[float, float] | None:
     """The `level` percentile interval of `statistic` over `draws` resamplings of rounds 0..n-1."""
     if n < 3:
         return None
