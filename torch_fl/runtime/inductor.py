@@ -25,6 +25,7 @@ import functools
 import importlib.abc
 import multiprocessing
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from types import ModuleType
@@ -502,7 +503,7 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
     # Python call per input was 1 us each).
     static = set(args[0] if args else kwargs.get("static_input_idxs", ()))
     kept = core().KeptAliases()
-    call: list[Any] = []  # the flagos inputs of the call in progress
+    current = threading.local()  # .inputs: the flagos inputs of this thread's call in progress
     backing_inputs, to_flagos = core().backing_inputs, core().as_flagos
 
     def on_flagos(inputs: list[Any]) -> Any:
@@ -510,6 +511,7 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         given = list(inputs)
         inputs.clear()
         args = list(given)
+        call = current.inputs
         for i, is_static in zip(flagos_inputs, keep):
             if is_static:
                 # The program's own tensor, and an owning alias for outputs over its memory: the
@@ -532,14 +534,14 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
             ]
             keep[:] = [i in static for i in flagos_inputs]
             wrapped = cudagraphify(on_flagos, *args, **kwargs)
-        call[:] = inputs
+        current.inputs = list(inputs)
         inputs.clear()
-        args_ = list(call)
+        args_ = list(current.inputs)
         backing_inputs(args_, flagos_inputs, keep, kept)
         try:
             return _replace(wrapped(args_), flagos_outputs, to_flagos)
         finally:
-            call.clear()
+            current.inputs = None
 
     return run
 
