@@ -273,7 +273,7 @@ def summarize(case: str, built: dict[str, dict], rounds: dict[str, list[float]],
 
 def graphs(side: dict) -> str:
     """Graphs recorded while warming up, then "+n" for those recorded during the timed rounds."""
-    later = side.get("recorded_in_rounds", 0)
+    later = side["recorded_in_rounds"]
     return f"{side['recorded']}" + (f"+{later}" if later else "")
 
 

@@ -479,8 +479,9 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
     the flagos inputs; `model` gets the program's own static inputs and flagos aliases of the other
     inputs the machinery passes it (its own copies while recording, which become its graph's
     inputs), and the outputs `model` gave as flagos tensors are handed back as flagos aliases of
-    what the machinery returns (on a replay, its graph's static outputs). Which inputs are flagos is read from the first call (a compiled
-    graph's input devices are fixed by its guards); a graph without flagos tensors goes through as is.
+    what the machinery returns (on a replay, its graph's static outputs). Which inputs are flagos
+    is read from the first call (a compiled graph's input devices are fixed by its guards); a graph
+    without flagos tensors goes through as is.
 
     One check of the tree manager does not reach through the boundary: when a later replay
     overwrites an output that the program still holds, CUDA raises on access to the stale tensor

@@ -32,6 +32,14 @@ at::Tensor owning_alias(const at::Tensor& t, c10::Device device, c10::DispatchKe
   return wrap(t, hold_storage(t.storage(), device), t.storage().nbytes(), key, a, resizable);
 }
 
+// A borrowing alias: the bytes of `t` labelled `device`, with no keep-alive. `resizable` through the
+// backing allocator where a kernel may grow it (an out= argument).
+at::Tensor borrowing_alias(const at::Tensor& t, c10::Device device, bool resizable) {
+  const c10::Storage& s = t.storage();
+  return wrap(t, c10::DataPtr(s.mutable_data(), device), s.nbytes(), backing().key, c10::GetAllocator(backing().type),
+              resizable);
+}
+
 }  // namespace
 
 c10::DataPtr hold_storage(const c10::Storage& s, c10::Device device) {
@@ -86,8 +94,7 @@ at::Tensor KeptAliases::alias(const at::Tensor& t, size_t slot) {
     }
   }
   // A borrowing alias of its own (not the route's pool): nothing frees or reuses it but this entry.
-  at::Tensor a = wrap(t, c10::DataPtr(s.mutable_data(), to_backing(t.device())), s.nbytes(), backing().key,
-                      c10::GetAllocator(backing().type), false);
+  at::Tensor a = borrowing_alias(t, to_backing(t.device()), false);
   entry = Entry{c10::weak_intrusive_ptr<c10::StorageImpl>(s.getWeakStorageImpl()), a};
   return a;
 }
@@ -151,11 +158,8 @@ at::Tensor Borrower::borrow(const at::Tensor& t) {
     reset_alias(alias.unsafeGetTensorImpl(), t, device);
     return alias;
   }
-  const c10::Storage& s = t.storage();
-  // Resizable through the backing allocator: an out= kernel may grow it; the caller then moves the
-  // new buffer into the flagos storage.
-  return wrap(t, c10::DataPtr(s.mutable_data(), device), s.nbytes(), backing().key, c10::GetAllocator(backing().type),
-              true);
+  // Resizable: an out= kernel may grow it; the caller then moves the new buffer into the flagos storage.
+  return borrowing_alias(t, device, true);
 }
 
 void Borrower::give_back(at::Tensor&& alias) {
