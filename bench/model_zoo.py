@@ -11,10 +11,10 @@ flagos with every op on the native route (`native-only`: an empty route table). 
 mode every side builds the case from the same CPU weights (concurrently: building is not timed),
 then the timed rounds interleave across the sides, and the medians are compared: each ratio with
 a 95% bootstrap interval over the rounds (resampled in pairs: round i of every side ran in one
-turn), and the host CPU time per run against plain's, which is what flagos adds and holds steady
-where a shared board's wall time does not. A CUDA side spins while it waits for the GPU, which
-counts as CPU time: with --sleep-on-sync every side sleeps instead, and its CPU time is its host
-work alone. A case is below its mode's target only when its whole interval is.
+turn), and the host CPU time per run against plain's, which is what flagos adds (on the board
+it varied between rounds as much as the wall time did). A CUDA side spins while it waits for the
+GPU, which counts as CPU time: with --sleep-on-sync every side sleeps instead, and its CPU time is
+its host work alone. A case is below its mode's target only when its whole interval is.
 
 Modes (decode only for the architectures that generate):
 
@@ -346,8 +346,7 @@ class Run:
                 # rounds (a shared board), the medians mix its states and this does not
                 "best_round_ratio": round(min(plain["ms_per_run_rounds"]) / min(mine["ms_per_run_rounds"]), 4),
                 "ratio_interval": ratio_interval(plain["ms_per_run_rounds"], mine["ms_per_run_rounds"]),
-                # host CPU time per run, flagos over plain: what flagos adds on the host, steady
-                # where the wall time of a shared board is not
+                # host CPU time per run, flagos over plain: what flagos adds on the host
                 "host_cpu_ratio": round(mine["host_cpu_ms_per_run"] / plain["host_cpu_ms_per_run"], 4),
                 "host_cpu_interval": ratio_interval(
                     mine["host_cpu_ms_per_run_rounds"], plain["host_cpu_ms_per_run_rounds"]

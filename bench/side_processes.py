@@ -123,7 +123,7 @@ def apply_sync_mode() -> bool:
 @dataclass
 class Timed:
     """What a timed block took: wall seconds, and the CPU seconds of this process's threads (the
-    host work a side does; steady where wall time on a shared board is not)."""
+    host work a side does, and its waits for the GPU unless it sleeps on them: apply_sync_mode)."""
 
     wall_s: float = 0.0
     cpu_s: float = 0.0

@@ -29,7 +29,7 @@ Printed per side: ms per step (back-to-back steps, one synchronisation at the en
 rounds), host enqueue ms per step (the device idle before it), device ms per step (events), peak
 memory, the calls of one step per route path; then the throughput ratios, each with a 95% bootstrap
 interval over the interleaved rounds, the host CPU time per step against the reference's (the
-process's CPU seconds: what flagos adds, steady where wall time is not), and whether each side's
+process's CPU seconds: what flagos adds, and the waits for the GPU, which spin), and whether each side's
 per-step losses agree with its plain reference (exit status 1 if one does not).
 --profile OUT writes each side's top 30 ops by total host (CPU-side) time over a few steps.
 """
