@@ -315,6 +315,36 @@ def test_over_backing_hands_the_graph_machinery_backing_tensors_and_the_model_fl
     assert all(alias is seen["static"][0] for alias in seen["static"])
 
 
+@pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
+def test_an_output_over_a_static_input_shares_its_storage_on_both_sides_of_the_boundary():
+    """The tree manager tells an output over an input's memory by the storage object of the input
+    it gave (any other output must lie in its memory pool; a training graph returns parameters for
+    the backward), and the program gets an output over its own tensor's storage, as on the backing."""
+    machinery_saw_input_storage = []
+
+    def fake_cudagraphify(model, static_input_idxs=(), **kwargs):
+        def run(inputs):
+            given = list(inputs)
+            outputs = model(inputs)
+            machinery_saw_input_storage.append(outputs[0].untyped_storage()._cdata == given[0].untyped_storage()._cdata)
+            return outputs
+
+        return run
+
+    def model(args):
+        (w,) = args
+        args.clear()
+        return (w.t(), w + 1)
+
+    run = inductor.over_backing(fake_cudagraphify, model, (0,))
+    w = torch.randn(4, 4, device="flagos")
+    for _ in range(2):
+        transposed, _ = run([w])
+        assert transposed.device.type == "flagos" and torch.equal(transposed.cpu(), w.t().cpu())
+        assert transposed.untyped_storage()._cdata == w.untyped_storage()._cdata
+    assert machinery_saw_input_storage == [True, True]
+
+
 def _backing_inputs(kept: object, *tensors: torch.Tensor) -> list[torch.Tensor]:
     """`backing_inputs` over `tensors` and a non-tensor, the first tensor's alias kept in `kept`."""
     from torch_fl.runtime.device.core import core

@@ -479,7 +479,8 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
     the flagos inputs; `model` gets the program's own static inputs and flagos aliases of the other
     inputs the machinery passes it (its own copies while recording, which become its graph's
     inputs), and the outputs `model` gave as flagos tensors are handed back as flagos aliases of
-    what the machinery returns (on a replay, its graph's static outputs). Which inputs are flagos
+    what the machinery returns (on a replay, its graph's static outputs), over the program's own
+    storage where they lie over a static input (so they keep it alive). Which inputs are flagos
     is read from the first call (a compiled graph's input devices are fixed by its guards); a graph
     without flagos tensors goes through as is.
 
@@ -514,13 +515,9 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         args = list(given)
         call = current.inputs
         for i, is_static in zip(flagos_inputs, keep):
-            if is_static:
-                # The program's own tensor, and an owning alias for outputs over its memory: the
-                # kept alias the machinery was given borrows the bytes for this call only.
-                args[i] = call[i]
-                given[i] = as_backing(call[i])
-            else:
-                args[i] = to_flagos(args[i])
+            # The program's own static tensor: outputs over it come back to the program over its
+            # storage (`kept.as_flagos`), and reach the machinery over the kept alias it gave.
+            args[i] = call[i] if is_static else to_flagos(args[i])
         outputs = model(args)
         flagos_outputs[:] = [
             i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.device.type == FLAGOS
@@ -540,7 +537,7 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         args_ = list(current.inputs)
         backing_inputs(args_, flagos_inputs, keep, kept)
         try:
-            return _replace(wrapped(args_), flagos_outputs, to_flagos)
+            return _replace(wrapped(args_), flagos_outputs, kept.as_flagos)
         finally:
             current.inputs = None
 

@@ -95,8 +95,19 @@ at::Tensor KeptAliases::alias(const at::Tensor& t, size_t slot) {
   }
   // A borrowing alias of its own (not the route's pool): nothing frees or reuses it but this entry.
   at::Tensor a = borrowing_alias(t, to_backing(t.device()), false);
+  if (entry.has_value()) slot_of_.erase(entry->alias.storage().unsafeGetStorageImpl());
   entry = Entry{c10::weak_intrusive_ptr<c10::StorageImpl>(s.getWeakStorageImpl()), a};
+  slot_of_[a.storage().unsafeGetStorageImpl()] = slot;
   return a;
+}
+
+at::Tensor KeptAliases::as_flagos(const at::Tensor& t) const {
+  if (!t.defined() || t.device().type() != backing().type) return t;
+  const auto found = slot_of_.find(t.storage().unsafeGetStorageImpl());
+  if (found != slot_of_.end()) {
+    if (auto source = entries_[found->second]->source.lock()) return rebase_view(t, c10::Storage(std::move(source)));
+  }
+  return torch_fl::as_flagos(t);
 }
 
 at::Tensor hand_to_backing(const at::Tensor& t) {

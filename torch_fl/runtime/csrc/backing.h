@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace torch_fl {
@@ -56,6 +57,10 @@ class KeptAliases {
  public:
   // The alias of `t` (a flagos tensor) kept in `slot`, or a new one kept there.
   at::Tensor alias(const at::Tensor& t, size_t slot);
+  // A backing tensor as flagos: over its flagos tensor's own storage where it lies over a kept
+  // alias whose tensor is alive (an output over a static input keeps that input alive, as on the
+  // backing), otherwise an owning alias (as_flagos).
+  at::Tensor as_flagos(const at::Tensor& t) const;
 
  private:
   struct Entry {
@@ -63,6 +68,9 @@ class KeptAliases {
     at::Tensor alias;
   };
   std::vector<std::optional<Entry>> entries_;
+  // The slot of each kept alias, by its storage; the entry holds the alias, so a key is never a
+  // freed and reused address.
+  std::unordered_map<const c10::StorageImpl*, size_t> slot_of_;
 };
 // A backing tensor over a flagos tensor's bytes that takes over their ownership: its storage frees
 // the buffer through the backing allocator's own deleter (which CUDA graph trees require of the

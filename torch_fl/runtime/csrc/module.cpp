@@ -64,7 +64,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<KeptAliases>(m, "KeptAliases",
                           "backing aliases kept from one call to the next while they alias the same bytes; "
                           "they hold nothing alive (see backing_inputs)")
-      .def(py::init<>());
+      .def(py::init<>())
+      .def("as_flagos", &KeptAliases::as_flagos, py::arg("tensor"),
+           "a backing tensor as flagos: over its own flagos tensor's storage where it lies over a kept alias");
   m.def(
       "backing_inputs",
       [](py::list inputs, const std::vector<int64_t>& positions, const std::vector<bool>& keep, KeptAliases& kept) {
