@@ -222,7 +222,9 @@ at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
 }
 
 at::Tensor rebase_view(const at::Tensor& view, const c10::Storage& flagos_storage) {
-  auto r = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(flagos_storage),
+  // Not the VIEW constructor: it takes the key set as given, and one without autograd keys makes
+  // an inference tensor, which autograd refuses to save for the backward.
+  auto r = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(flagos_storage),
                                                     c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), view.dtype());
   r.unsafeGetTensorImpl()->set_sizes_and_strides(view.sizes(), view.strides(), view.storage_offset());
   if (view.is_conj()) r._set_conj(true);
