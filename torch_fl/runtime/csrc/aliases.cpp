@@ -88,8 +88,8 @@ at::Tensor KeptAliases::alias(const at::Tensor& t, size_t slot) {
   if (entry.has_value() && !entry->source.expired() && entry->source._unsafe_get_target() == s.unsafeGetStorageImpl()) {
     const at::Tensor& a = entry->alias;
     if (a.storage().data() == s.data() && a.storage().nbytes() == s.nbytes() && a.dtype() == t.dtype() &&
-        a.storage_offset() == t.storage_offset() && a.sizes() == t.sizes() && a.strides() == t.strides() &&
-        a.is_conj() == t.is_conj() && a.is_neg() == t.is_neg()) {
+        same_geometry(*a.unsafeGetTensorImpl(), *t.unsafeGetTensorImpl()) && a.is_conj() == t.is_conj() &&
+        a.is_neg() == t.is_neg()) {
       return a;
     }
   }
@@ -148,7 +148,7 @@ void reset_alias(c10::TensorImpl* alias, const at::Tensor& t, c10::Device device
   si->set_nbytes(s.nbytes());
   if (alias->dtype() != t.dtype()) alias->set_storage_and_dtype(alias->storage(), t.dtype());
   // A loop passes the same shapes call after call: setting them again would recompute contiguity.
-  if (alias->storage_offset() != t.storage_offset() || alias->sizes() != t.sizes() || alias->strides() != t.strides()) {
+  if (!same_geometry(*alias, *t.unsafeGetTensorImpl())) {
     alias->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   }
   if (alias->is_conj() != t.is_conj()) alias->_set_conj(t.is_conj());

@@ -43,6 +43,18 @@ c10::DeviceIndex current_index();  // the current flagos device index (never -1)
 c10::Device to_backing(c10::Device d);
 c10::Device to_flagos(c10::Device backing_device, c10::DeviceIndex host_index);
 
+// Equal sizes, strides and storage offset, compared inline: the routes check this per tensor
+// argument, and IntArrayRef's comparison calls memcmp twice.
+inline bool same_geometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
+  const int64_t n = a.dim();
+  if (n != b.dim() || a.storage_offset() != b.storage_offset()) return false;
+  const auto a_sizes = a.sizes(), b_sizes = b.sizes(), a_strides = a.strides(), b_strides = b.strides();
+  for (int64_t i = 0; i < n; ++i) {
+    if (a_sizes[i] != b_sizes[i] || a_strides[i] != b_strides[i]) return false;
+  }
+  return true;
+}
+
 // Owning alias: shares bytes and keeps the other tensor's storage alive (safe to hand out).
 at::Tensor as_backing(const at::Tensor& t);
 at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index = -1);

@@ -125,8 +125,7 @@ void write_back(Swap& s) {
     target->set_nbytes(n);
   }
   const auto* alias = s.alias.unsafeGetTensorImpl();
-  if (alias->sizes() != orig->sizes() || alias->strides() != orig->strides() ||
-      alias->storage_offset() != orig->storage_offset()) {
+  if (!same_geometry(*alias, *orig)) {
     orig->set_sizes_and_strides(alias->sizes(), alias->strides(), alias->storage_offset());
   }
   if (alias->is_conj() != orig->is_conj()) orig->_set_conj(alias->is_conj());
@@ -171,13 +170,8 @@ at::Tensor NativeArguments::tensor(const at::Tensor& t, bool written) {
   c10::StorageImpl* si = alias.storage().unsafeGetStorageImpl();
   swaps.push_back(Swap{alias.unsafeGetTensorImpl(), si, const_cast<void*>(si->data()), &t,
                        arguments_outlive_call ? at::Tensor() : t, written, alias});
+  any_written = any_written || written;
   return alias;
-}
-
-void NativeArguments::write_back_written() {
-  for (auto& s : swaps) {
-    if (s.written) write_back(s);
-  }
 }
 
 void NativeArguments::check_operands() const {

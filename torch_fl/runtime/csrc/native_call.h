@@ -93,6 +93,7 @@ struct NativeArguments {
   KernelKey kernel;
   // The flagos arguments outlive the call (the unboxed route's own arguments): swaps point at them.
   bool arguments_outlive_call = false;
+  bool any_written = false;  // a swap is written back after the call
 
   NativeArguments() = default;
   NativeArguments(const NativeArguments&) = delete;
@@ -108,7 +109,12 @@ struct NativeArguments {
   c10::IValue generator(const at::Generator& g) { return backing_generator(g); }
   c10::IValue device(c10::Device d) { return to_backing(d); }
   // After the call: each written argument takes what the kernel did to its alias (write_back).
-  void write_back_written();
+  void write_back_written() {
+    if (!any_written) return;
+    for (auto& s : swaps) {
+      if (s.written) write_back(s);
+    }
+  }
   // Refuses a CPU operand on the host backing, as a device kernel would (0-dim CPU tensors are
   // scalars; index lists may live on the CPU, as on CUDA).
   void check_operands() const;
