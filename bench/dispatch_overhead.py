@@ -2,6 +2,7 @@
 
     python bench/dispatch_overhead.py                  # host_ref (or FLAGOS_PLATFORM=...)
     python bench/dispatch_overhead.py --json out.json
+    python bench/dispatch_overhead.py --evict-mib 16   # caches cold before each call
 
 Three ways to run an op, each timed in the same process with warm-up and the best of several
 median-of-repeats rounds (rounds interleave the ways, so machine noise hits them alike):
@@ -19,6 +20,11 @@ over the rounds with a 95% bootstrap interval. Targets (TARGET_US): on CUDA at m
 add, mm or cast and +0.1 us per foreach tensor; on the host at most +0.5 us per add; a view at most
 +0.2 us and the decode attention +2 us on either. A target is met when the whole interval is under
 it, missed when the whole interval is over it, and undecided otherwise.
+
+--evict-mib N times each call alone, after an untimed pass over N MiB of host memory: the caches
+are cold, as they are after a kernel launch on a board (the driver's code and data evict the
+route's), where the route's host cost is several times its warm cost on the same machine. The
+times are then host times only (no GPU work), and the default calls per loop drop to 200.
 """
 
 from __future__ import annotations
@@ -51,17 +57,38 @@ TARGET_US = {
 TARGET_US_ANY_BACKING = {"x[0]": 0.2, "x.t()": 0.2, "sdpa q1": 2.0}
 
 
-def per_op_us(fn: Callable[[], object], calls: int, repeats: int, sync: Callable[[], None]) -> float:
-    """Median over `repeats` loops of `calls` calls, in microseconds per call."""
+def per_op_us(
+    fn: Callable[[], object], calls: int, repeats: int, sync: Callable[[], None], evict: Callable[[], object] | None
+) -> float:
+    """Median over `repeats` loops of `calls` calls, in microseconds per call; with `evict`, each
+    call is timed alone after an untimed `evict()`."""
     samples = []
     for _ in range(repeats):
         sync()
-        start = time.perf_counter()
+        if evict is None:
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            samples.append((time.perf_counter() - start) / calls * 1e6)
+            continue
+        spent = 0.0
         for _ in range(calls):
+            evict()
+            start = time.perf_counter()
             fn()
+            spent += time.perf_counter() - start
         sync()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
+        samples.append(spent / calls * 1e6)
     return statistics.median(samples)
+
+
+def cache_evictor(mib: int) -> Callable[[], object] | None:
+    """A pass over `mib` MiB of host memory (reads and writes), or None for warm caches."""
+    if mib <= 0:
+        return None
+    junk = torch.zeros(mib * (1 << 20) // 4)
+    return lambda: junk.add_(1.0)
 
 
 class PythonRoutedAdd:
@@ -94,7 +121,7 @@ def _moved(operands: dict, device: str) -> dict:
     return {k: [t.to(device) for t in v] if isinstance(v, list) else v.to(device) for k, v in operands.items()}
 
 
-def run(calls: int, repeats: int, rounds: int, size: int) -> dict:
+def run(calls: int, repeats: int, rounds: int, size: int, evict_mib: int = 0) -> dict:
     backing = current_backing()
     plain_sync = torch.cuda.synchronize if backing == "cuda" else (lambda: None)
     flagos_sync = torch.flagos.synchronize if backing == "cuda" else (lambda: None)
@@ -126,6 +153,7 @@ def run(calls: int, repeats: int, rounds: int, size: int) -> dict:
         torch.testing.assert_close(ops["add"](flagos).cpu(), ops["add"](plain).cpu())
         assert routed.calls == 1, "the Python kernel did not serve flagos add"
 
+    evict = cache_evictor(evict_mib)
     # per op and way, one time per round (each the median of `repeats` loops)
     times: dict[str, dict[str, list[float]]] = {name: {"plain": [], "native": []} for name in ops}
     times["add"]["python"] = []
@@ -138,12 +166,12 @@ def run(calls: int, repeats: int, rounds: int, size: int) -> dict:
             for way, (fn, sync) in candidates.items():
                 for _ in range(max(1, calls // 10)):  # warm-up
                     fn()
-                times[name][way].append(per_op_us(fn, calls, repeats, sync))
+                times[name][way].append(per_op_us(fn, calls, repeats, sync, evict))
         with PythonRoutedAdd():
             fn = lambda: ops["add"](flagos)  # noqa: E731
             for _ in range(max(1, calls // 10)):
                 fn()
-            times["add"]["python"].append(per_op_us(fn, calls, repeats, flagos_sync))
+            times["add"]["python"].append(per_op_us(fn, calls, repeats, flagos_sync, evict))
     return {
         "backing": backing,
         "platform": torch_fl.active_platform().name,
@@ -152,6 +180,7 @@ def run(calls: int, repeats: int, rounds: int, size: int) -> dict:
         "calls": calls,
         "repeats": repeats,
         "rounds": rounds,
+        "evict_mib": evict_mib,
         "us_per_op": {name: {way: min(ts) for way, ts in ways.items()} for name, ways in times.items()},
         "us_per_op_rounds": times,
         "delta_us": {name: delta(ways["plain"], ways["native"]) for name, ways in times.items()},
@@ -179,7 +208,12 @@ def report(result: dict) -> str:
     lines = [
         f"flagos dispatch overhead: platform {result['platform']}, backing {result['backing']}, "
         f"torch {result['torch']}, "
-        f"{result['size']}x{result['size']} float32 operands",
+        f"{result['size']}x{result['size']} float32 operands"
+        + (
+            f", caches cold ({result['evict_mib']} MiB evicted before each call; host time only)"
+            if result["evict_mib"]
+            else ""
+        ),
         f"({result['rounds']} rounds, each the median of {result['repeats']} loops of {result['calls']} calls per "
         "way; us columns: the best round; delta: native minus plain per round, median [95% interval])",
         "",
@@ -203,16 +237,21 @@ def report(result: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=2000, help="calls per timed loop")
+    parser.add_argument("--calls", type=int, help="calls per timed loop (default 2000; 200 with --evict-mib)")
     parser.add_argument("--repeats", type=int, default=5, help="timed loops per round (their median counts)")
     parser.add_argument("--rounds", type=int, default=9, help="rounds (their deltas' median counts)")
     parser.add_argument("--size", type=int, default=64, help="square operand size")
+    parser.add_argument(
+        "--evict-mib", type=int, default=0, help="time each call alone after a pass over this much host memory"
+    )
     parser.add_argument("--quick", action="store_true", help="a few calls only: checks that the bench runs")
     parser.add_argument("--json", help="also write the numbers to this file")
     args = parser.parse_args()
+    if args.calls is None:
+        args.calls = 200 if args.evict_mib else 2000
     if args.quick:
         args.calls, args.repeats, args.rounds = 50, 2, 1
-    result = run(args.calls, args.repeats, args.rounds, args.size)
+    result = run(args.calls, args.repeats, args.rounds, args.size, args.evict_mib)
     print(report(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")

@@ -46,6 +46,17 @@ def test_dispatch_overhead_bench(run_python, tmp_path):
     assert re.search(rf"^add .*<= {target} us: (met|MISSED)$", result.stdout, re.MULTILINE), result.stdout
 
 
+def test_dispatch_overhead_bench_with_cold_caches(run_python, tmp_path):
+    out = tmp_path / "dispatch.json"
+    result = run_python(
+        script("bench/dispatch_overhead.py", "--quick", "--evict-mib", "1", "--json", str(out)), env=PLATFORM
+    )
+    assert "caches cold (1 MiB evicted before each call" in result.stdout, result.stdout
+    summary = json.loads(out.read_text())
+    assert summary["evict_mib"] == 1
+    assert all(v > 0 for ways in summary["us_per_op"].values() for v in ways.values())
+
+
 @pytest.mark.own_process
 def test_import_time_bench(run_python, tmp_path):
     out = tmp_path / "import.json"
