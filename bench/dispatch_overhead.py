@@ -23,8 +23,8 @@ it, missed when the whole interval is over it, and undecided otherwise.
 
 --evict-mib N times each call alone, after an untimed pass over N MiB of host memory: the caches
 are cold, as they are after a kernel launch on a board (the driver's code and data evict the
-route's), where the route's host cost is several times its warm cost on the same machine. The
-times are then host times only (no GPU work), and the default calls per loop drop to 200.
+route's), where the route costs more than on a warm host. The times are then host times only (no
+GPU work), and the default calls per loop drop to 200.
 """
 
 from __future__ import annotations
