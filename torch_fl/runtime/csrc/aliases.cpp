@@ -13,15 +13,22 @@ namespace {
 
 Backing g_backing;
 
-// A TensorImpl over `dp` with the geometry, dtype and conj/neg bits of `like`.
-at::Tensor wrap(const at::Tensor& like, c10::DataPtr&& dp, size_t nbytes, c10::DispatchKey key,
-                c10::Allocator* allocator, bool resizable) {
-  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(dp), allocator, resizable);
+// A tensor over `storage` with the geometry, dtype and conj/neg bits of `like`. Not TensorImpl's
+// VIEW constructor: it takes the key set as given, and one without autograd keys makes an inference
+// tensor, which autograd refuses to save for the backward.
+at::Tensor like_over(const at::Tensor& like, c10::Storage&& storage, c10::DispatchKey key) {
   auto r = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
   r.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
   if (like.is_conj()) r._set_conj(true);
   if (like.is_neg()) r._set_neg(true);
   return r;
+}
+
+// A TensorImpl over `dp` with the geometry, dtype and conj/neg bits of `like`.
+at::Tensor wrap(const at::Tensor& like, c10::DataPtr&& dp, size_t nbytes, c10::DispatchKey key,
+                c10::Allocator* allocator, bool resizable) {
+  return like_over(like, c10::Storage(c10::Storage::use_byte_size_t(), nbytes, std::move(dp), allocator, resizable),
+                   key);
 }
 
 void delete_storage(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
@@ -222,14 +229,7 @@ at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
 }
 
 at::Tensor rebase_view(const at::Tensor& view, const c10::Storage& flagos_storage) {
-  // Not the VIEW constructor: it takes the key set as given, and one without autograd keys makes
-  // an inference tensor, which autograd refuses to save for the backward.
-  auto r = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(flagos_storage),
-                                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), view.dtype());
-  r.unsafeGetTensorImpl()->set_sizes_and_strides(view.sizes(), view.strides(), view.storage_offset());
-  if (view.is_conj()) r._set_conj(true);
-  if (view.is_neg()) r._set_neg(true);
-  return r;
+  return like_over(view, c10::Storage(flagos_storage), c10::DispatchKey::PrivateUse1);
 }
 
 }  // namespace torch_fl
