@@ -188,7 +188,14 @@ def shared_cpus() -> set[int] | None:
     Sides take turns, so they never compete for these; what pinning removes is the drift between
     cores (clock, cache, interrupts), which moved identical sides apart by up to a third on the
     H200's 16-core host. The last two cores: the first usually takes the machine's interrupts.
+    FLAGOS_BENCH_CPUS (comma-separated core numbers) names them instead.
     """
+    named = os.environ.get("FLAGOS_BENCH_CPUS", "").strip()
+    if named:
+        try:
+            return {int(c) for c in named.split(",")}
+        except ValueError:
+            raise SystemExit(f"FLAGOS_BENCH_CPUS: expected comma-separated core numbers, got {named!r}") from None
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     return set(cpus[-2:]) if len(cpus) >= 4 else None
 
