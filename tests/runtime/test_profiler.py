@@ -73,24 +73,29 @@ def test_kineto_activities_with_flagos_record_the_ops():
 
 
 def _aten_counts(x: torch.Tensor) -> dict[str, int]:
-    """How often each aten op shows in the profile of the native routes' ops: unboxed (add, mm) and
-    boxed (sin)."""
+    """How often each aten op shows in the profile of the native routes' ops, unboxed (add, mm) and
+    boxed (sin), and of copies: a cast and a copy_."""
+    out = torch.empty_like(x)
     with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(STEPS):
             torch.add(x, x)
             torch.mm(x, x)
             x.sin()
+            x.to(torch.bfloat16)
+            out.copy_(x)
     return {e.key: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
 
 
 def test_routed_ops_appear_once_as_on_the_backing():
     """The routes call the backing's kernel past the dispatcher, whose second pass on the aliases
-    recorded every op twice (aten::addmm at 199% of the CPU total). Compared with the backing
-    device itself: a CPU matmul records an `aten::resolve_conj` a CUDA one does not."""
+    recorded every op twice (aten::addmm at 199% of the CPU total; a copy as copy_, _copy_from and
+    copy_ again). Compared with the backing device itself: a CPU matmul records an
+    `aten::resolve_conj` a CUDA one does not."""
     x = torch.randn(8, 8, device=device_core.backing())
     counts = _aten_counts(x.to("flagos"))
     assert counts == _aten_counts(x)
-    assert counts["aten::add"] == counts["aten::mm"] == counts["aten::sin"] == STEPS
+    assert counts["aten::add"] == counts["aten::mm"] == counts["aten::sin"] == counts["aten::_to_copy"] == STEPS
+    assert counts["aten::copy_"] == 2 * STEPS  # the cast's and out's
 
 
 def test_cpu_route_ops_appear_once(force_cpu_route):

@@ -35,6 +35,7 @@ struct Backing {
 const Backing& backing();
 void set_backing(c10::DeviceType type, c10::DeviceIndex host_devices);
 inline bool host_backed() { return backing().type == c10::DeviceType::CPU; }
+inline bool is_flagos(const at::Tensor& t) { return t.defined() && t.device().type() == kFlagos; }
 
 c10::DeviceIndex device_count();
 c10::DeviceIndex current_index();  // the current flagos device index (never -1)

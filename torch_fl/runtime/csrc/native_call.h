@@ -34,8 +34,6 @@ struct OpInfo {
 // The op's facts, made on its first call (thread-safe; cached per thread).
 OpInfo& info_for(const c10::OperatorHandle& op);
 
-inline bool is_flagos(const at::Tensor& t) { return t.defined() && t.device().type() == kFlagos; }
-
 // Where a route's second call goes: straight to a kernel of the device that runs it, for the layout
 // of the call's arguments (a compressed sparse argument over a COO one over dense ones, as the
 // dispatcher picks). The first dispatch, on the flagos tensors, already ran autograd, autocast,

@@ -69,16 +69,26 @@ const at::Tensor& resize(const at::Tensor& self, c10::SymIntArrayRef size, std::
   return at::native::resize_(self, sizes, format);
 }
 
+// copy_ with a flagos side: the backing's copy on aliases of the flagos sides, which handles
+// host<->device, device<->device, dtype conversion and conjugate/negative bits on the current
+// stream. Straight to the backing's kernel: PyTorch's generic copy_ sends a device it does not know
+// to _copy_from, whose copy of the aliases went through the dispatcher again (the generic checks
+// twice, and a cast recorded as copy_, _copy_from and copy_ in a profile).
+at::Tensor& copy(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  if (self.is_same(src)) return self;
+  Borrower borrower;
+  const bool to_flagos = is_flagos(self), from_flagos = is_flagos(src);
+  at::Tensor target = to_flagos ? borrower.borrow(self) : self;
+  at::Tensor source = from_flagos ? borrower.borrow(src) : src;
+  at::_ops::copy_::redispatch(c10::DispatchKeySet(backing().key), target, source, non_blocking);
+  if (to_flagos) borrower.give_back(std::move(target));
+  if (from_flagos) borrower.give_back(std::move(source));
+  return self;
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  // Both sides as backing tensors: the backing copy kernel handles host<->device, device<->device,
-  // dtype conversion and conjugate/negative bits, on the current stream.
-  const bool to_flagos = dst.device().type() == kFlagos, from_flagos = self.device().type() == kFlagos;
-  at::Tensor target = to_flagos ? borrow_as_backing(dst) : dst;
-  at::Tensor source = from_flagos ? borrow_as_backing(self) : self;
-  target.copy_(source, non_blocking);
-  if (to_flagos) return_alias(std::move(target));
-  if (from_flagos) return_alias(std::move(source));
-  return dst;
+  at::Tensor target = dst;
+  return copy(target, self, non_blocking);
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
@@ -144,6 +154,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view_as_complex", at::native::view_as_complex);
   m.impl("is_set_to", at::native::is_set_to);
   m.impl("resize_", resize);
+  m.impl("copy_", copy);
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
