@@ -185,10 +185,11 @@ def _bootstrap(n: int, statistic: Callable[[list[int]], float], level: float, dr
 def shared_cpus() -> set[int] | None:
     """The cores every side runs on, where the machine has cores to spare (None: no pinning).
 
-    Sides take turns, so they never compete for these; what pinning removes is the drift between
-    cores (clock, cache, interrupts), which moved identical sides apart by up to a third on the
-    H200's 16-core host. The last two cores: the first usually takes the machine's interrupts.
-    FLAGOS_BENCH_CPUS (comma-separated core numbers) names them instead.
+    Sides take turns, so they never compete for them; what pinning removes is the drift between
+    cores (clock, cache, interrupts). The last core alone: on the H200 board (KVM, 16 vCPUs) sides
+    pinned to the last two cores ran bimodal rounds (one plain mixtral generate took 147 or 265 ms)
+    and gave intervals of +-0.2, while pinned to the last core the same cases in the same call gave
+    +-0.04 (2026-12-06). FLAGOS_BENCH_CPUS (comma-separated core numbers) names the cores instead.
     """
     named = os.environ.get("FLAGOS_BENCH_CPUS", "").strip()
     if named:
@@ -197,7 +198,7 @@ def shared_cpus() -> set[int] | None:
         except ValueError:
             raise SystemExit(f"FLAGOS_BENCH_CPUS: expected comma-separated core numbers, got {named!r}") from None
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    return set(cpus[-2:]) if len(cpus) >= 4 else None
+    return {cpus[-1]} if len(cpus) >= 4 else None
 
 
 class Side:

@@ -66,3 +66,14 @@ def test_a_dispatch_target_is_judged_by_the_whole_interval(load_bench: Callable[
     assert dispatch.verdict({"median": 0.35, "interval": None}, 0.3) == "MISSED"  # one round: its difference
     assert dispatch.target_us("cuda", "foreach") == pytest.approx(0.8) and dispatch.target_us("cpu", "add") == 0.5
     assert dispatch.target_us("cpu", "mm") is None and dispatch.target_us("cuda", "x[0]") == 0.2
+
+
+def test_sides_share_the_last_core_or_the_named_ones(sides: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sides.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 5}, raising=False)
+    monkeypatch.delenv("FLAGOS_BENCH_CPUS", raising=False)
+    assert sides.shared_cpus() == {5}
+    monkeypatch.setenv("FLAGOS_BENCH_CPUS", "2, 3")
+    assert sides.shared_cpus() == {2, 3}
+    monkeypatch.setenv("FLAGOS_BENCH_CPUS", "last")
+    with pytest.raises(SystemExit, match="FLAGOS_BENCH_CPUS: expected comma-separated core numbers, got 'last'"):
+        sides.shared_cpus()
