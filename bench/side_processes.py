@@ -189,14 +189,14 @@ def shared_cpus() -> set[int] | None:
     cores (clock, cache, interrupts). The last core alone: on the H200 board (KVM, 16 vCPUs) sides
     pinned to the last two cores ran bimodal rounds (one plain mixtral generate took 147 or 265 ms)
     and gave intervals of +-0.2, while pinned to the last core the same cases in the same call gave
-    +-0.04 (2026-12-06). FLAGOS_BENCH_CPUS (comma-separated core numbers) names the cores instead.
+    +-0.04 (2026-12-06). BENCH_CPUS (comma-separated core numbers) names the cores instead.
     """
-    named = os.environ.get("FLAGOS_BENCH_CPUS", "").strip()
+    named = os.environ.get("BENCH_CPUS", "").strip()
     if named:
         try:
             return {int(c) for c in named.split(",")}
         except ValueError:
-            raise SystemExit(f"FLAGOS_BENCH_CPUS: expected comma-separated core numbers, got {named!r}") from None
+            raise SystemExit(f"BENCH_CPUS: expected comma-separated core numbers, got {named!r}") from None
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     return {cpus[-1]} if len(cpus) >= 4 else None
 

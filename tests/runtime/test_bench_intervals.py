@@ -70,10 +70,10 @@ def test_a_dispatch_target_is_judged_by_the_whole_interval(load_bench: Callable[
 
 def test_sides_share_the_last_core_or_the_named_ones(sides: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sides.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 5}, raising=False)
-    monkeypatch.delenv("FLAGOS_BENCH_CPUS", raising=False)
+    monkeypatch.delenv("BENCH_CPUS", raising=False)
     assert sides.shared_cpus() == {5}
-    monkeypatch.setenv("FLAGOS_BENCH_CPUS", "2, 3")
+    monkeypatch.setenv("BENCH_CPUS", "2, 3")
     assert sides.shared_cpus() == {2, 3}
-    monkeypatch.setenv("FLAGOS_BENCH_CPUS", "last")
-    with pytest.raises(SystemExit, match="FLAGOS_BENCH_CPUS: expected comma-separated core numbers, got 'last'"):
+    monkeypatch.setenv("BENCH_CPUS", "last")
+    with pytest.raises(SystemExit, match="BENCH_CPUS: expected comma-separated core numbers, got 'last'"):
         sides.shared_cpus()
