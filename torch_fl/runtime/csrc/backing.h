@@ -106,7 +106,6 @@ class Borrower {
   bool inference_;
 };
 inline at::Tensor borrow_as_backing(const at::Tensor& t) { return Borrower().borrow(t); }
-inline void return_alias(at::Tensor&& alias) { Borrower().give_back(std::move(alias)); }
 std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Tensor>& t);
 // A backing tensor built by a backing kernel becomes a flagos tensor; its buffer is taken over
 // without a copy when nothing else holds it, otherwise it is aliased.
