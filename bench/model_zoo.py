@@ -24,6 +24,10 @@ Modes (decode only for the architectures that generate):
     decode     greedy `generate` with the KV cache at each --decode-batch (1 and 8), a fixed
                number of new tokens; tokens/s includes the prompt's prefill
 
+A change to flagos itself is measured against another commit with --baseline: a checkout of it
+(`git worktree add /tmp/base HEAD~1`) runs as one more flagos side, and each flagos column also
+gives its throughput against that side's, from the same interleaved rounds.
+
 Agreement with the plain side: on CUDA, the first --warmup training losses and every prefill loss
 within a relative 2e-2 (bf16), and equal generated tokens; on the host, every loss bitwise equal
 and equal tokens. The exit status is 1 when a case disagrees or a side fails.
@@ -35,6 +39,7 @@ import argparse
 import copy
 import gc
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -225,6 +230,7 @@ def serve_side(side: str, variant: str, host: bool) -> None:
         import torch_fl
 
         ready["platform"] = torch_fl.active_platform().name
+        ready["torch_fl"] = str(Path(torch_fl.__file__).parent)  # which checkout (see --baseline)
     reply(ready)
     commands = {"build": runner.build, "round": runner.round, "finish": runner.finish}
     serve({**{name: guarded(fn) for name, fn in commands.items()}, "exit": lambda: {}}, last="exit")
@@ -280,7 +286,12 @@ class Run:
         command = [sys.executable, __file__, "--child", f"{side}:{variant or 'plain'}"]
         command += ["--host"] if self.args.host else []
         platform = "host_ref" if self.args.host else None
-        env = side_env(side, variant or "tuned", self.scratch / "routes.yaml", platform, self.args.sleep_on_sync)
+        routes = "tuned" if variant in ("", BASELINE) else variant
+        env = side_env(side, routes, self.scratch / "routes.yaml", platform, self.args.sleep_on_sync)
+        if variant == BASELINE:  # torch_fl and its platforms (descriptors, routes, records) from the other checkout
+            base = self.args.baseline.resolve()
+            for name, path in (("PYTHONPATH", base), ("FLAGOS_PLATFORM_PATH", base / "platforms")):
+                env[name] = os.pathsep.join(p for p in (str(path), env.get(name, "")) if p)
         log = self.scratch / f"{label.replace(' ', '-')}.log"
         return Side(command, env, log, wait=False, cpus=None if self.args.host else shared_cpus())
 
@@ -354,6 +365,12 @@ class Run:
                 "agree": ok,
                 "how": how,
             }
+            baseline = results.get(f"flagos {BASELINE}")
+            if baseline is not None and variant != BASELINE:
+                case["flagos"][variant]["over_baseline"] = round(baseline["ms_per_run"] / mine["ms_per_run"], 4)
+                case["flagos"][variant]["over_baseline_interval"] = ratio_interval(
+                    baseline["ms_per_run_rounds"], mine["ms_per_run_rounds"]
+                )
         return case
 
     def why(self, label: str, reply: dict | None) -> str | None:
@@ -390,6 +407,7 @@ def count(n: int) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
 
 
+BASELINE = "baseline"  # the variant name of the --baseline side
 CELL = 74  # a flagos column: "0.879x [0.861, 0.902] cpu 1.21x [1.18, 1.25] first 2 losses within 6.2e-06"
 TARGETS = {"train": 0.97, "prefill": 0.97, "decode": 0.95}
 """Throughput against plain that a flagos side should reach, per mode: a case is below it only
@@ -406,6 +424,13 @@ def host_cpu(r: dict) -> str:
     return f"cpu {r['host_cpu_ratio']:.2f}x" + (f" [{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else "")
 
 
+def against_baseline(r: dict) -> str:
+    if "over_baseline" not in r:
+        return ""
+    bounds = r["over_baseline_interval"]
+    return f"; {r['over_baseline']:.3f}x baseline" + (f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "")
+
+
 def row(c: dict, variants: list[str]) -> str:
     """One case: the plain side's speed, then per flagos side its ratio and agreement."""
     cells = []
@@ -417,6 +442,7 @@ def row(c: dict, variants: list[str]) -> str:
             else "-"
             if r is None
             else f"{r['ratio']:.3f}x {interval(r)} {host_cpu(r)} {'' if r['agree'] else 'DIFFER: '}{r['how']}"
+            + against_baseline(r)
         )
     params = count(c["shape"]["parameters"]) if c["shape"] else "-"
     return f"{c['model']:10s}{c['mode']:11s}{params:>9s}  {describe(c):16s}{rate(c):>14s}" + "".join(
@@ -435,7 +461,8 @@ def closing(cases: list[dict]) -> str:
     lines = [
         "flagos columns: throughput against plain (plain time / flagos time; above 1: flagos faster) from the "
         "medians, its 95% bootstrap interval over the interleaved rounds, host CPU time per run against plain's "
-        "(cpu; flagos over plain, with its interval), then the agreement check"
+        "(cpu; flagos over plain, with its interval), then the agreement check; with --baseline, then the "
+        "throughput against the baseline's (baseline time / this side's time, with its interval)"
     ]
     for c in cases:
         target = TARGETS[c["mode"].split("-")[0]]
@@ -482,6 +509,13 @@ def main() -> None:
         default=",".join(VARIANTS),
         help="flagos sides: tuned (routes.yaml), native-only (empty route table)",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of torch_fl (a git worktree of another commit, say) run as one more flagos side, "
+        "`flagos baseline`, with its own platforms; every other flagos column then also gives its "
+        "throughput against the baseline's, with its interval",
+    )
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every training and prefill batch")
     parser.add_argument("--decode-batch", default="1,8", help="comma-separated decode batch sizes")
     parser.add_argument("--new-tokens", type=int, help="tokens generated per decode run (board 64, host 8)")
@@ -514,6 +548,10 @@ def main() -> None:
     unknown += [v for v in args.variants if v not in VARIANTS]
     if unknown:
         sys.exit(f"unknown model, mode or variant: {', '.join(unknown)}")
+    if args.baseline is not None:
+        if not (args.baseline / "torch_fl" / "__init__.py").is_file():
+            sys.exit(f"--baseline {args.baseline}: expected a checkout of torch_fl (no torch_fl/__init__.py there)")
+        args.variants.append(BASELINE)
 
     cases: list[dict] = []
     profiles: dict[str, dict] = {}

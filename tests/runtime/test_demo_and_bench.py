@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 import torch_fl
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow  # the demo and every benchmark script in fresh interpreters
 
@@ -134,3 +137,31 @@ def test_model_zoo_bench(run_python, tmp_path):
             assert case["flagos"][variant]["agree"] and case["flagos"][variant]["ratio"] > 0
     assert len(cases[("llama", "train")]["sides"]["plain"]["checks"]) == 3  # 2 warm-up steps, 1 timed
     assert len(cases[("llama", "decode-b2")]["sides"]["plain"]["checks"][0]) == 2  # 2 rows of 3 tokens
+
+
+@pytest.mark.own_process
+def test_model_zoo_bench_against_a_baseline_checkout(run_python, tmp_path):
+    """--baseline runs torch_fl from another checkout as one more side and compares each flagos
+    side with it. The baseline here is this checkout seen through another folder."""
+    base = tmp_path / "base"
+    base.mkdir()
+    for name in ("torch_fl", "platforms"):
+        (base / name).symlink_to(REPO / name)
+    out = tmp_path / "zoo.json"
+    args = ["--host", "--models", "gpt2", "--modes", "prefill", "--variants", "tuned", "--rounds", "3"]
+    result = run_python(script("bench/model_zoo.py", *args, "--baseline", str(base), "--json", str(out)), env=PLATFORM)
+    assert "flagos baseline" in result.stdout and "x baseline [" in result.stdout, result.stdout
+    summary = json.loads(out.read_text())
+    assert summary["info"]["flagos baseline"]["torch_fl"] == str(base / "torch_fl")
+    assert summary["info"]["flagos tuned"]["torch_fl"] == str(REPO / "torch_fl")
+    (case,) = summary["cases"]
+    assert set(case["sides"]) == {"plain", "flagos tuned", "flagos baseline"} and not case["failed"]
+    tuned = case["flagos"]["tuned"]
+    assert tuned["over_baseline"] > 0 and len(tuned["over_baseline_interval"]) == 2
+    assert "over_baseline" not in case["flagos"]["baseline"]
+
+
+def test_model_zoo_refuses_a_baseline_that_is_not_a_checkout(run_python, tmp_path):
+    result = run_python(script("bench/model_zoo.py", "--host", "--baseline", str(tmp_path)), check=False)
+    assert result.returncode != 0
+    assert f"--baseline {tmp_path}: expected a checkout of torch_fl" in result.stderr
