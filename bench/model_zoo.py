@@ -73,6 +73,7 @@ from side_processes import (  # noqa: E402
 
 MODES = ("train", "prefill", "decode")
 VARIANTS = ("tuned", "native-only")
+BASELINE = "baseline"  # the variant name of the --baseline side
 LR = 3e-4
 # Relative agreement of the losses in bf16 on CUDA (on the host they must be bitwise equal).
 BF16_RTOL = 2e-2
@@ -407,7 +408,6 @@ def count(n: int) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
 
 
-BASELINE = "baseline"  # the variant name of the --baseline side
 CELL = 74  # a flagos column: "0.879x [0.861, 0.902] cpu 1.21x [1.18, 1.25] first 2 losses within 6.2e-06"
 TARGETS = {"train": 0.97, "prefill": 0.97, "decode": 0.95}
 """Throughput against plain that a flagos side should reach, per mode: a case is below it only
