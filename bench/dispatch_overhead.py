@@ -119,17 +119,11 @@ def _host(result: object) -> object:
     return [t.cpu() for t in result] if isinstance(result, (list, tuple)) else result.cpu()  # type: ignore[attr-defined]
 
 
-def _moved(operands: dict, device: str) -> dict:
-    """`operands` (tensors and lists of tensors) copied to `device`."""
-    return {k: [t.to(device) for t in v] if isinstance(v, list) else v.to(device) for k, v in operands.items()}
-
-
-def run(calls: int, repeats: int, rounds: int, size: int, evict_mib: int = 0) -> dict:
-    backing = current_backing()
-    plain_sync = torch.cuda.synchronize if backing == "cuda" else (lambda: None)
-    flagos_sync = torch.flagos.synchronize if backing == "cuda" else (lambda: None)
+def operands(size: int) -> dict:
+    """The ops' operands on the host (seeded): square `size` float32 matrices, a decode step's
+    attention inputs and a foreach list."""
     torch.manual_seed(0)
-    operands = {
+    return {
         "a": torch.randn(size, size),
         "b": torch.randn(size, size),
         # one decode step's attention: batch 1, 16 heads, 1 query against 256 cached keys, head_dim 64
@@ -139,29 +133,44 @@ def run(calls: int, repeats: int, rounds: int, size: int, evict_mib: int = 0) ->
         # an optimizer's foreach update over a few parameters
         "params": [torch.randn(size, size) for _ in range(FOREACH_TENSORS)],
     }
-    plain, flagos = _moved(operands, backing), _moved(operands, "flagos")
-    ops: dict[str, Callable[[dict], object]] = {
-        "add": lambda t: torch.add(t["a"], t["b"]),
-        "mm": lambda t: torch.mm(t["a"], t["b"]),
-        "x[0]": lambda t: t["a"][0],
-        "x.t()": lambda t: t["a"].t(),
-        "cast": lambda t: t["a"].to(torch.bfloat16),  # what autocast adds before each matmul
-        "sdpa q1": lambda t: F.scaled_dot_product_attention(t["q"], t["k"], t["v"]),
-        "foreach": lambda t: torch._foreach_add(t["params"], t["params"], alpha=1e-3),
-    }
+
+
+# The ops measured, each on a dict of operands (see operands()) on one device.
+OPS: dict[str, Callable[[dict], object]] = {
+    "add": lambda t: torch.add(t["a"], t["b"]),
+    "mm": lambda t: torch.mm(t["a"], t["b"]),
+    "x[0]": lambda t: t["a"][0],
+    "x.t()": lambda t: t["a"].t(),
+    "cast": lambda t: t["a"].to(torch.bfloat16),  # what autocast adds before each matmul
+    "sdpa q1": lambda t: F.scaled_dot_product_attention(t["q"], t["k"], t["v"]),
+    "foreach": lambda t: torch._foreach_add(t["params"], t["params"], alpha=1e-3),
+}
+
+
+def moved(operands: dict, device: str) -> dict:
+    """`operands` (tensors and lists of tensors) copied to `device`."""
+    return {k: [t.to(device) for t in v] if isinstance(v, list) else v.to(device) for k, v in operands.items()}
+
+
+def run(calls: int, repeats: int, rounds: int, size: int, evict_mib: int = 0) -> dict:
+    backing = current_backing()
+    plain_sync = torch.cuda.synchronize if backing == "cuda" else (lambda: None)
+    flagos_sync = torch.flagos.synchronize if backing == "cuda" else (lambda: None)
+    host = operands(size)
+    plain, flagos = moved(host, backing), moved(host, "flagos")
     # correctness first: the three ways agree
-    for name, op in ops.items():
+    for name, op in OPS.items():
         torch.testing.assert_close(_host(op(flagos)), _host(op(plain)), msg=name)
     with PythonRoutedAdd() as routed:
-        torch.testing.assert_close(ops["add"](flagos).cpu(), ops["add"](plain).cpu())
+        torch.testing.assert_close(OPS["add"](flagos).cpu(), OPS["add"](plain).cpu())
         assert routed.calls == 1, "the Python kernel did not serve flagos add"
 
     evict = cache_evictor(evict_mib)
     # per op and way, one time per round (each the median of `repeats` loops)
-    times: dict[str, dict[str, list[float]]] = {name: {"plain": [], "native": []} for name in ops}
+    times: dict[str, dict[str, list[float]]] = {name: {"plain": [], "native": []} for name in OPS}
     times["add"]["python"] = []
     for _ in range(rounds):
-        for name, op in ops.items():
+        for name, op in OPS.items():
             candidates = {
                 "plain": (lambda op=op: op(plain), plain_sync),
                 "native": (lambda op=op: op(flagos), flagos_sync),
@@ -171,7 +180,7 @@ def run(calls: int, repeats: int, rounds: int, size: int, evict_mib: int = 0) ->
                     fn()
                 times[name][way].append(per_op_us(fn, calls, repeats, sync, evict))
         with PythonRoutedAdd():
-            fn = lambda: ops["add"](flagos)  # noqa: E731
+            fn = lambda: OPS["add"](flagos)  # noqa: E731
             for _ in range(max(1, calls // 10)):
                 fn()
             times["add"]["python"].append(per_op_us(fn, calls, repeats, flagos_sync, evict))

@@ -11,8 +11,6 @@
 namespace torch_fl {
 namespace {
 
-Backing g_backing;
-
 // A tensor over `storage` with the geometry, dtype and conj/neg bits of `like`. Not TensorImpl's
 // VIEW constructor: it takes the key set as given, and one without autograd keys makes an inference
 // tensor, which autograd refuses to save for the backward.
@@ -59,9 +57,8 @@ const c10::Storage* held_storage(const c10::DataPtr& dp) {
   return dp.get_deleter() == &delete_storage ? static_cast<const c10::Storage*>(dp.get_context()) : nullptr;
 }
 
-const Backing& backing() { return g_backing; }
-
 void set_backing(c10::DeviceType type, c10::DeviceIndex host_devices) {
+  Backing& g_backing = detail::g_backing;
   TORCH_CHECK(!g_backing.initialized, "the flagos backing is set once per process");
   TORCH_CHECK(type == c10::DeviceType::CPU || type == c10::DeviceType::CUDA,
               "flagos supports the backing devices cpu and cuda; got ", type);
@@ -71,16 +68,6 @@ void set_backing(c10::DeviceType type, c10::DeviceIndex host_devices) {
   g_backing.key = type == c10::DeviceType::CPU ? c10::DispatchKey::CPU : c10::DispatchKey::CUDA;
   g_backing.host_devices = host_devices;
   g_backing.initialized = true;
-}
-
-c10::Device to_backing(c10::Device d) {
-  if (host_backed()) return c10::Device(c10::DeviceType::CPU);
-  return {backing().type, d.has_index() ? d.index() : current_index()};
-}
-
-c10::Device to_flagos(c10::Device backing_device, c10::DeviceIndex host_index) {
-  if (host_backed()) return {kFlagos, host_index >= 0 ? host_index : current_index()};
-  return {kFlagos, backing_device.index()};
 }
 
 at::Tensor as_backing(const at::Tensor& t) {
@@ -150,7 +137,7 @@ thread_local std::vector<at::Tensor> t_pooled_aliases;
 // The pooled alias `alias` made over `t`'s bytes with `t`'s geometry, in place.
 void reset_alias(c10::TensorImpl* alias, const at::Tensor& t, c10::Device device) {
   const c10::Storage& s = t.storage();
-  c10::StorageImpl* si = alias->storage().unsafeGetStorageImpl();
+  c10::StorageImpl* si = alias->unsafe_storage().unsafeGetStorageImpl();  // a plain strided alias of ours
   si->set_data_ptr_noswap(c10::DataPtr(s.mutable_data(), device));
   si->set_nbytes(s.nbytes());
   if (alias->dtype() != t.dtype()) alias->set_storage_and_dtype(alias->storage(), t.dtype());
@@ -182,13 +169,14 @@ at::Tensor Borrower::borrow(const at::Tensor& t) {
 
 void Borrower::give_back(at::Tensor&& alias) {
   c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
+  const c10::Storage& storage = impl->unsafe_storage();  // a plain strided alias of ours
   // Reused only when the kernel kept no reference to it or its storage and left its metadata
   // changeable (a kernel may restride or relabel an alias; borrow resets those).
-  if (pool_.size() >= kPooledAliases || alias.use_count() != 1 || impl->storage().use_count() != 1 ||
+  if (pool_.size() >= kPooledAliases || alias.use_count() != 1 || storage.use_count() != 1 ||
       !impl->allow_tensor_metadata_change() || impl->is_wrapped_number() || impl->device_type() != backing().type) {
     return;
   }
-  c10::StorageImpl* si = impl->storage().unsafeGetStorageImpl();
+  c10::StorageImpl* si = storage.unsafeGetStorageImpl();
   if (!si->resizable() || si->allocator() != c10::GetAllocator(backing().type)) return;
   si->set_data_ptr_noswap(c10::DataPtr(nullptr, si->device()));  // no pointer into freed memory
   pool_.push_back(std::move(alias));
@@ -223,8 +211,10 @@ at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
     si->mutable_data_ptr().unsafe_set_device(dev);
   }
   si->set_allocator(flagos_allocator());
-  impl->set_storage_keep_dtype(c10::Storage(storage));  // the device follows the storage's
-  impl->_change_backend_component_keys(dev);            // and the backend and autocast keys it
+  // The device follows the storage's (what set_storage_keep_dtype would set, without handing the
+  // storage over), and the backend and autocast keys follow the device.
+  ImplFields::set_device(*impl, dev);
+  impl->_change_backend_component_keys(dev);
   return std::move(t);
 }
 

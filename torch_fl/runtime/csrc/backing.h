@@ -31,26 +31,50 @@ struct Backing {
   bool initialized = false;
 };
 
-// Set once by init(); read everywhere after.
-const Backing& backing();
+namespace detail {
+// Set once by set_backing(); read on every routed call, so defined here for the compiler to inline.
+inline Backing g_backing;
+}  // namespace detail
+inline const Backing& backing() { return detail::g_backing; }
 void set_backing(c10::DeviceType type, c10::DeviceIndex host_devices);
 inline bool host_backed() { return backing().type == c10::DeviceType::CPU; }
 inline bool is_flagos(const at::Tensor& t) { return t.defined() && t.device().type() == kFlagos; }
+
+// Protected TensorImpl fields that the routes read or set where the public accessors would check
+// policies, or the setters recompute, what a flagos dense tensor never changes. (A pointer to a
+// protected member, formed in a derived class, may be applied to any TensorImpl.)
+struct ImplFields : c10::TensorImpl {
+  static const c10::impl::SizesAndStrides& geometry(const c10::TensorImpl& t) {
+    return t.*&ImplFields::sizes_and_strides_;
+  }
+  static int64_t offset(const c10::TensorImpl& t) { return t.*&ImplFields::storage_offset_; }
+  static void set_device(c10::TensorImpl& t, c10::Device d) { t.*&ImplFields::device_opt_ = d; }
+};
 
 c10::DeviceIndex device_count();
 c10::DeviceIndex current_index();  // the current flagos device index (never -1)
 
 // Device label translation between flagos and the backing.
-c10::Device to_backing(c10::Device d);
-c10::Device to_flagos(c10::Device backing_device, c10::DeviceIndex host_index);
+inline c10::Device to_backing(c10::Device d) {
+  if (host_backed()) return c10::Device(c10::DeviceType::CPU);
+  return {backing().type, d.has_index() ? d.index() : current_index()};
+}
+inline c10::Device to_flagos(c10::Device backing_device, c10::DeviceIndex host_index) {
+  if (host_backed()) return {kFlagos, host_index >= 0 ? host_index : current_index()};
+  return {kFlagos, backing_device.index()};
+}
 
-// Equal sizes, strides and storage offset, compared inline: the routes check this per tensor
-// argument, and IntArrayRef's comparison calls memcmp twice.
+// Equal sizes, strides and storage offset of two dense tensors, compared inline over the fields
+// themselves: the routes check this per tensor argument, and IntArrayRef's comparison calls memcmp
+// twice. (SizesAndStrides' own == also compares the stale slots past the rank.)
 inline bool same_geometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
-  const int64_t n = a.dim();
-  if (n != b.dim() || a.storage_offset() != b.storage_offset()) return false;
-  const auto a_sizes = a.sizes(), b_sizes = b.sizes(), a_strides = a.strides(), b_strides = b.strides();
-  for (int64_t i = 0; i < n; ++i) {
+  const c10::impl::SizesAndStrides& ga = ImplFields::geometry(a);
+  const c10::impl::SizesAndStrides& gb = ImplFields::geometry(b);
+  const size_t n = ga.size();
+  if (n != gb.size() || ImplFields::offset(a) != ImplFields::offset(b)) return false;
+  const int64_t *a_sizes = ga.sizes_data(), *b_sizes = gb.sizes_data();
+  const int64_t *a_strides = ga.strides_data(), *b_strides = gb.strides_data();
+  for (size_t i = 0; i < n; ++i) {
     if (a_sizes[i] != b_sizes[i] || a_strides[i] != b_strides[i]) return false;
   }
   return true;

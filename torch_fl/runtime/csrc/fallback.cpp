@@ -129,7 +129,7 @@ struct HostArguments {
 };
 
 void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& info) {
-  info.native_calls.fetch_add(1, std::memory_order_relaxed);
+  tally(info.native_calls);
 
   const size_t base = stack->size() - info.args.size();
   // Kept to retry on the host if the backing kernel turns these inputs down (see below); on the
@@ -148,7 +148,7 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo&
     // The backing has the op but not for these inputs (an integer matmul on CUDA, say): the
     // explicit CPU fallback serves this call, counted and logged as such.
     if (host_backed()) throw;
-    info.native_calls.fetch_sub(1, std::memory_order_relaxed);
+    tally(info.native_calls, -1);
     stack->resize(base);
     for (auto& v : arguments) stack->push_back(std::move(v));
     args.swaps.clear();
@@ -181,7 +181,7 @@ void sparse_route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 void cpu_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo& info) {
-  info.cpu_calls.fetch_add(1, std::memory_order_relaxed);
+  tally(info.cpu_calls);
   if (g_log_cpu.load(std::memory_order_relaxed) && !info.logged.exchange(true)) {
     std::cerr << "torch_fl: cpu fallback for " << info.name
               << (info.force_cpu            ? " (forced by route)"

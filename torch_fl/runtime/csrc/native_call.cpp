@@ -2,8 +2,6 @@
 // result mapping (native_call.h).
 #include "native_call.h"
 
-#include "sparse.h"
-
 #include <ATen/ATen.h>
 #include <c10/core/TensorOptions.h>
 
@@ -93,15 +91,9 @@ c10::DispatchKeySet KernelKey::on(c10::DeviceType type) const {
   return c10::DispatchKeySet(c10::computeDispatchKey(std::nullopt, layout, c10::Device(type)));
 }
 
-void note_device(c10::DeviceIndex& seen, const at::Tensor& t) {
-  const auto i = t.device().index();
-  if (seen < 0) {
-    seen = i;
-  } else if (host_backed() && seen != i && t.dim() > 0) {
-    // Virtual host devices share one address space; refuse mixing as a real accelerator would.
-    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, flagos:",
-                static_cast<int>(seen), " and flagos:", static_cast<int>(i), "!");
-  }
+void refuse_two_devices(c10::DeviceIndex seen, c10::DeviceIndex other) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, flagos:",
+              static_cast<int>(seen), " and flagos:", static_cast<int>(other), "!");
 }
 
 // Invariant: the flagos argument ends up as the backing kernel left its alias, storage,
@@ -156,27 +148,28 @@ at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c
   return adopt_as_flagos(std::move(t), index);
 }
 
-at::Tensor NativeArguments::tensor(const at::Tensor& t, bool written) {
-  if (is_sparse_layout(t)) {
-    kernel.note(t);
-    std::vector<at::Tensor> members;
-    for (const at::Tensor& m : sparse_members(t)) members.push_back(tensor(m, written));
-    at::Tensor alias = with_sparse_members(t, members, to_backing(t.device()));
-    sparse_swaps.push_back({t, alias, written});
-    return alias;
-  }
-  note_device(index, t);
-  at::Tensor alias = borrower.borrow(t);
-  c10::StorageImpl* si = alias.storage().unsafeGetStorageImpl();
-  swaps.push_back(Swap{alias.unsafeGetTensorImpl(), si, const_cast<void*>(si->data()), &t,
-                       arguments_outlive_call ? at::Tensor() : t, written, alias});
-  any_written = any_written || written;
+at::Tensor NativeArguments::sparse_tensor(const at::Tensor& t, bool written) {
+  kernel.note(t);
+  std::vector<at::Tensor> members;
+  for (const at::Tensor& m : sparse_members(t)) members.push_back(tensor(m, written));
+  at::Tensor alias = with_sparse_members(t, members, to_backing(t.device()));
+  sparse_swaps.push_back({t, alias, written});
   return alias;
 }
 
-void NativeArguments::check_operands() const {
-  TORCH_CHECK(!host_operand.has_value() || index < 0,
-              "Expected all tensors to be on the same device, but found at least two devices, flagos:",
+size_t NativeArguments::dense(const at::Tensor& t, bool written) {
+  note_device(index, t);
+  at::Tensor alias = borrower.borrow(t);
+  c10::StorageImpl* si = alias.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
+  swaps.push_back(Swap{impl, si, const_cast<void*>(si->data()), &t, arguments_outlive_call ? at::Tensor() : t, written,
+                       std::move(alias)});
+  any_written = any_written || written;
+  return swaps.size() - 1;
+}
+
+void NativeArguments::refuse_host_operand() const {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, flagos:",
               static_cast<int>(index), " and ", host_operand.value_or(c10::Device(at::kCPU)), "!");
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backing.h"
+#include "sparse.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -33,6 +34,12 @@ struct OpInfo {
 
 // The op's facts, made on its first call (thread-safe; cached per thread).
 OpInfo& info_for(const c10::OperatorHandle& op);
+
+// Adds to a route counter. The counts are statistics: a locked add on every routed call costs more
+// than an increment that two threads counting the same op at the same instant may lose.
+inline void tally(std::atomic<uint64_t>& counter, int64_t by = 1) {
+  counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
 
 // Where a route's second call goes: straight to a kernel of the device that runs it, for the layout
 // of the call's arguments (a compressed sparse argument over a COO one over dense ones, as the
@@ -68,8 +75,18 @@ struct SparseSwap {
   bool written;
 };
 
+// Refuses two virtual host devices in one call (see note_device).
+[[noreturn]] void refuse_two_devices(c10::DeviceIndex seen, c10::DeviceIndex other);
 // Records the device of a flagos argument in `seen`; refuses two virtual host devices in one call.
-void note_device(c10::DeviceIndex& seen, const at::Tensor& t);
+inline void note_device(c10::DeviceIndex& seen, const at::Tensor& t) {
+  const auto i = t.device().index();
+  if (seen < 0) {
+    seen = i;
+  } else if (C10_UNLIKELY(seen != i) && host_backed() && t.dim() > 0) {
+    // Virtual host devices share one address space; refuse mixing as a real accelerator would.
+    refuse_two_devices(seen, i);
+  }
+}
 
 // After the call: a write argument whose alias was resized, restrided or relabelled hands that
 // back (see native_call.cpp).
@@ -100,7 +117,13 @@ struct NativeArguments {
     for (auto& s : swaps) borrower.give_back(std::move(s.alias));
   }
 
-  at::Tensor tensor(const at::Tensor& t, bool written);
+  // The backing alias of a flagos argument (dense or sparse), kept for the results and the write-back.
+  at::Tensor tensor(const at::Tensor& t, bool written) {
+    if (C10_UNLIKELY(is_sparse_layout(t))) return sparse_tensor(t, written);
+    return swaps[dense(t, written)].alias;
+  }
+  // A dense flagos argument's alias, as the index of its swap (which holds it for the call).
+  size_t dense(const at::Tensor& t, bool written);
   void other_tensor(const at::Tensor& t) {
     if (host_backed() && t.defined() && t.dim() > 0) host_operand = t.device();
   }
@@ -115,7 +138,13 @@ struct NativeArguments {
   }
   // Refuses a CPU operand on the host backing, as a device kernel would (0-dim CPU tensors are
   // scalars; index lists may live on the CPU, as on CUDA).
-  void check_operands() const;
+  void check_operands() const {
+    if (C10_UNLIKELY(host_operand.has_value() && index >= 0)) refuse_host_operand();
+  }
+
+ private:
+  at::Tensor sparse_tensor(const at::Tensor& t, bool written);
+  [[noreturn]] void refuse_host_operand() const;
 };
 
 // Names the route in a profile as an empty event under the op's own: the backing's kernels launch

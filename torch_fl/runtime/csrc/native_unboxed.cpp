@@ -40,21 +40,24 @@ struct Pass {
 
 // A tensor argument (`Ref`: const at::Tensor& or, for in-place and out= arguments, at::Tensor&):
 // its backing alias where it is a flagos tensor, written back after the call where the schema
-// says it is written.
+// says it is written. The alias stays in its swap (the call's one reference to it).
 template <class Ref>
 struct TensorPass {
   Ref original;
-  at::Tensor alias;  // defined when the argument is a flagos tensor
-  TensorPass(Ref t, NativeArguments& args, Arg kind) : original(t) {
+  NativeArguments* args = nullptr;  // set where the argument is a flagos tensor: its alias is in swap `swap`
+  size_t swap = 0;
+  TensorPass(Ref t, NativeArguments& a, Arg kind) : original(t) {
     if (is_flagos(t)) {
-      alias = args.tensor(t, kind == Arg::kWrite);
+      args = &a;
+      swap = a.dense(t, kind == Arg::kWrite);  // call() sent calls with a sparse argument elsewhere
     } else {
-      args.other_tensor(t);
+      a.other_tensor(t);
     }
   }
-  Ref get() { return alias.defined() ? alias : original; }
+  Ref get() { return args != nullptr ? args->swaps[swap].alias : original; }
   std::remove_reference_t<Ref>* original_of(const c10::TensorImpl* impl) const {
-    return (alias.defined() ? alias : original).unsafeGetTensorImpl() == impl ? &original : nullptr;
+    if (args != nullptr) return args->swaps[swap].alias_impl == impl ? &original : nullptr;
+    return original.unsafeGetTensorImpl() == impl ? &original : nullptr;
   }
   static bool sparse(const at::Tensor& t) { return is_sparse_layout(t); }
 };
@@ -187,14 +190,14 @@ struct Unboxed<Op, R(A...)> {
   static R call(A... a) {
     OpInfo& facts = info();
     if (facts.backing_has_kernel && !facts.force_cpu.load(std::memory_order_relaxed) && !(Pass<A>::sparse(a) || ...)) {
-      facts.native_calls.fetch_add(1, std::memory_order_relaxed);
+      tally(facts.native_calls);
       try {
         return native(a...);
       } catch (const c10::NotImplementedError&) {
         // The backing has the op but not for these inputs: the boxed route serves the call (with
         // the explicit CPU fallback), counted there.
         if (host_backed()) throw;
-        facts.native_calls.fetch_sub(1, std::memory_order_relaxed);
+        tally(facts.native_calls, -1);
       }
     }
     return c10::impl::BoxedKernelWrapper<R(A...)>::call(c10::BoxedKernel::makeFromFunction<&native_route>(), handle(),

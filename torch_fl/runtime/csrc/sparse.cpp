@@ -31,8 +31,6 @@
 
 namespace torch_fl {
 
-bool is_sparse_layout(const at::Tensor& t) { return t.defined() && t.layout() != at::kStrided; }
-
 std::vector<at::Tensor> sparse_members(const at::Tensor& t) {
   if (t.layout() == at::kSparse) {
     const auto* impl = at::sparse::get_sparse_impl(t);

@@ -9,7 +9,7 @@
 
 namespace torch_fl {
 
-bool is_sparse_layout(const at::Tensor& t);
+inline bool is_sparse_layout(const at::Tensor& t) { return t.defined() && t.layout() != at::kStrided; }
 // COO: {indices, values}; compressed layouts: {compressed indices, plain indices, values}.
 std::vector<at::Tensor> sparse_members(const at::Tensor& t);
 // A sparse tensor on `device` with the layout, sizes, dtype and flags of `like` over `members`.
