@@ -12,8 +12,9 @@ median-of-repeats rounds (rounds interleave the ways, so machine noise hits them
            runs torch.add on torch_fl.as_backing aliases and wraps the result with torch_fl.as_flagos:
            what an op routed to a Python kernel (FlagGems, vendor) costs before the kernel itself.
 On a CUDA backing each timed loop ends with a synchronisation, so queued GPU work is counted.
-Ops: add, mm and two views on square float32 operands (--size); a cast to bfloat16 (what autocast
-adds before each matmul); one decode step's attention (scaled_dot_product_attention, batch 1, 16
+Ops: add, mm and two views on square float32 operands (--size); `add 2+4d`, two adds whose operands
+alternate between 2-D and 4-D shapes, as a model's consecutive ops do; a cast to bfloat16 (what
+autocast adds before each matmul); one decode step's attention (scaled_dot_product_attention, batch 1, 16
 heads, 1 query, 256 keys, head_dim 64); a foreach add over 8 tensors (an optimizer's update).
 The delta of an op is native minus plain within each round (the two ran back to back), its median
 over the rounds with a 95% bootstrap interval. Targets (TARGET_US): on CUDA at most +0.3 us per
@@ -138,6 +139,9 @@ def operands(size: int) -> dict:
 # The ops measured, each on a dict of operands (see operands()) on one device.
 OPS: dict[str, Callable[[dict], object]] = {
     "add": lambda t: torch.add(t["a"], t["b"]),
+    # two adds of different geometries (2-D, then 4-D), as a model's consecutive ops have: the
+    # route's pooled aliases take a new geometry on each call, which a loop over one op never shows
+    "add 2+4d": lambda t: (torch.add(t["a"], t["b"]), torch.add(t["k"], t["v"])),
     "mm": lambda t: torch.mm(t["a"], t["b"]),
     "x[0]": lambda t: t["a"][0],
     "x.t()": lambda t: t["a"].t(),

@@ -1,17 +1,20 @@
 """Instructions the native route adds per op, counted by valgrind's callgrind on the host.
 
-    python bench/route_instructions.py                       # add, mm, cast, foreach
-    python bench/route_instructions.py --ops add --top 25 --json out.json
+    python bench/route_instructions.py                       # add, add 2+4d, mm, cast, foreach, llama decode
+    python bench/route_instructions.py --ops add,decode:gpt2 --top 25 --json out.json
 
-The ops of dispatch_overhead.py run on the plain backing and on flagos, each side in its own process
-under callgrind with collection switched on only around each op's loop (after a warm-up). A count of
-executed instructions does not depend on what else the machine runs: two runs of the same build give
-the same numbers to a few instructions per call, so a change to the route shows even where timings
-on a shared host cannot tell it. It is a count, not a time: cache misses and atomic operations cost
-more than their share, and a board's route runs with colder caches than this loop. Per op: the
-instructions per call on each side and the difference; then the difference per shared object and,
-with --top N, the N functions that add the most.
-Needs valgrind (callgrind_control and callgrind_annotate come with it) and a host backing.
+The ops of dispatch_overhead.py, and `decode:ARCH` (one greedy `generate` of a zoo architecture at
+host size, 8 prompt and 8 new tokens), run on the plain CPU and on flagos (host_ref), each side in
+its own process under callgrind with collection switched on only around each op's loop (after a
+warm-up). A count of executed instructions does not depend on what else the machine runs: two runs
+of the same build agree to a few instructions per call, so a change to the route shows even where
+timings on a shared host cannot tell it (a model's rounds there vary by several percent). It is a
+count, not a time: cache misses and atomic operations cost more than their share, and a board's
+route runs with colder caches than this loop.
+Per op: the instructions per call on each side and their difference, the native-route calls one
+call of the op makes on flagos and the difference per routed call; then the difference per shared
+object and, with --top N, the N functions that add the most.
+Needs valgrind (callgrind_control and callgrind_annotate come with it).
 """
 
 from __future__ import annotations
@@ -25,38 +28,74 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("plain", "flagos")
-DEFAULT_OPS = "add,mm,cast,foreach"
+DEFAULT_OPS = "add,add 2+4d,mm,cast,foreach,decode:llama"
 CALLS, WARMUP = 1000, 100
+DECODE = "decode:"  # an op named decode:ARCH is one `generate` of that zoo architecture
+MODEL_CALL_COST = 250  # a generate counts as this many calls of --calls (1000: 4 generates)
 # one line of callgrind_annotate: "1,234 ( 5.67%)  file:function [object]"
 ANNOTATED = re.compile(r"\s*([\d,]+) \([ \d.]+%\)\s+[^:]*:(.*?)(?: \[(.*)\])?$")
 
 
-def side(name: str, ops: list[str], size: int, calls: int) -> None:
-    """Runs inside callgrind: each op's loop between a zeroing and a dump named after the op."""
+def side(name: str, ops: list[str], size: int, calls: int, workdir: Path) -> None:
+    """Runs inside callgrind: each op's loop between a zeroing and a dump, in the order of `ops`.
+    The flagos side also writes the native-route calls of one call of each op."""
     sys.path.insert(0, str(HERE))
-    import torch_fl  # noqa: F401  (the flagos device)
     from dispatch_overhead import OPS, moved, operands
 
-    tensors = moved(operands(size), "cpu" if name == "plain" else "flagos")
+    import torch_fl
+
+    device = "cpu" if name == "plain" else "flagos"
+    tensors = moved(operands(size), device)
     pid = str(os.getpid())
 
     def control(*args: str) -> None:
         subprocess.run(["callgrind_control", *args, pid], check=True, stdout=subprocess.DEVNULL)
 
+    routed = {}
     for op in ops:
-        fn = OPS[op]
-        for _ in range(WARMUP):
-            fn(tensors)
+        fn = decoder(op.removeprefix(DECODE), device) if op.startswith(DECODE) else (lambda op=op: OPS[op](tensors))
+        for _ in range(WARMUP if not op.startswith(DECODE) else 2):
+            fn()
+        if name == "flagos":
+            torch_fl.routing.reset_stats()
+            fn()
+            routed[op] = sum(r.calls for r in torch_fl.routing.stats() if r.path == "native")
         control("--zero")
         control("--instr=on")
-        for _ in range(calls):
-            fn(tensors)
+        for _ in range(counted_calls(op, calls)):
+            fn()
         control("--instr=off")
-        control(f"--dump={op}")
+        control("--dump")
+    if name == "flagos":
+        (workdir / "routed.json").write_text(json.dumps(routed))
+
+
+def counted_calls(op: str, calls: int) -> int:
+    return max(1, calls // MODEL_CALL_COST) if op.startswith(DECODE) else calls
+
+
+def decoder(arch: str, device: str) -> Callable[[], object]:
+    """One greedy `generate` of the zoo's `arch` at host size (8 prompt and 8 new tokens)."""
+    import torch
+
+    from torch_fl.workloads import zoo
+
+    if arch not in zoo.ARCHS or not zoo.ARCHS[arch].generates:
+        raise SystemExit(f"route_instructions: {arch} is not a zoo architecture that generates")
+    cpu = zoo.build(arch, "host")
+    model = cpu.to(device).eval()
+    ids = zoo.prompt(cpu, 1, 8).to(device)
+
+    def run() -> object:
+        with torch.inference_mode():
+            return zoo.generate(model, ids, 8)
+
+    return run
 
 
 def annotate(dump: Path) -> tuple[collections.Counter, collections.Counter]:
@@ -77,30 +116,26 @@ def annotate(dump: Path) -> tuple[collections.Counter, collections.Counter]:
     return functions, objects
 
 
-def dumps_by_op(prefix: Path) -> dict[str, Path]:
-    """The dump files callgrind wrote for `prefix`, by the op named in each (its `desc:` line)."""
-    found = {}
-    for path in prefix.parent.glob(prefix.name + ".*"):
-        for line in path.read_text(errors="replace").splitlines()[:20]:
-            if line.startswith("desc: Trigger: Client Request: ") or line.startswith("desc: Trigger: "):
-                found[line.rsplit(" ", 1)[-1]] = path
-                break
-    return found
+def dumps_in_order(prefix: Path) -> list[Path]:
+    """The dump files callgrind wrote for `prefix` (`prefix.1`, `prefix.2`, ...), in order."""
+    return sorted(prefix.parent.glob(prefix.name + ".*"), key=lambda p: int(p.suffix[1:]))
 
 
-def measure(ops: list[str], size: int, calls: int, workdir: Path) -> dict[str, dict[str, Path]]:
-    """Both sides under callgrind at once; their dump files by side and op."""
+def measure(ops: list[str], size: int, calls: int, workdir: Path) -> tuple[dict[str, dict[str, Path]], dict[str, int]]:
+    """Both sides under callgrind at once: their dump files by side and op, and the native-route
+    calls of one call of each op on flagos."""
     procs = {}
     for name in SIDES:
         prefix = workdir / f"{name}.out"
         cmd = [
             "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={prefix}",
             sys.executable, __file__, "--side", name, "--ops", ",".join(ops), "--size", str(size),
-            "--calls", str(calls),
+            "--calls", str(calls), "--workdir", str(workdir),
         ]  # fmt: skip
         log = open(workdir / f"{name}.log", "w")  # noqa: SIM115 (closed below, after the wait)
-        # One intra-op thread: idle OpenMP workers spin, and their spinning would be counted.
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        # One intra-op thread: idle OpenMP workers spin, and their spinning would be counted. The
+        # host-emulated platform, whatever the machine: the plain side is the CPU.
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "FLAGOS_PLATFORM": "host_ref"}
         procs[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log)
     dumps = {}
     for name, (proc, log) in procs.items():
@@ -109,22 +144,28 @@ def measure(ops: list[str], size: int, calls: int, workdir: Path) -> dict[str, d
         if rc != 0:
             tail = (workdir / f"{name}.log").read_text(errors="replace")[-2000:]
             raise SystemExit(f"route_instructions: the {name} side failed (exit {rc}):\n{tail}")
-        dumps[name] = dumps_by_op(workdir / f"{name}.out")
-    return dumps
+        found = dumps_in_order(workdir / f"{name}.out")
+        if len(found) != len(ops):
+            raise SystemExit(f"route_instructions: the {name} side left {len(found)} dumps for {len(ops)} ops")
+        dumps[name] = dict(zip(ops, found))
+    return dumps, json.loads((workdir / "routed.json").read_text())
 
 
-def compare(dumps: dict[str, dict[str, Path]], ops: list[str], calls: int, top: int) -> dict:
+def compare(dumps: dict[str, dict[str, Path]], routed: dict[str, int], calls: int, top: int) -> dict:
     result = {}
-    for op in ops:
-        counted = {name: annotate(dumps[name][op]) for name in SIDES}
-        (plain_fn, plain_obj), (flagos_fn, flagos_obj) = counted["plain"], counted["flagos"]
-        per_call = {name: sum(counted[name][1].values()) / calls for name in SIDES}
-        objects = {o: (flagos_obj[o] - plain_obj[o]) / calls for o in set(plain_obj) | set(flagos_obj)}
-        functions = {k: (flagos_fn[k] - plain_fn[k]) / calls for k in set(plain_fn) | set(flagos_fn)}
+    for op, by_side in dumps["flagos"].items():
+        n = counted_calls(op, calls)
+        (plain_fn, plain_obj), (flagos_fn, flagos_obj) = annotate(dumps["plain"][op]), annotate(by_side)
+        plain, flagos = sum(plain_obj.values()) / n, sum(flagos_obj.values()) / n
+        objects = {o: (flagos_obj[o] - plain_obj[o]) / n for o in set(plain_obj) | set(flagos_obj)}
+        functions = {k: (flagos_fn[k] - plain_fn[k]) / n for k in set(plain_fn) | set(flagos_fn)}
         result[op] = {
-            "plain": per_call["plain"],
-            "flagos": per_call["flagos"],
-            "delta": per_call["flagos"] - per_call["plain"],
+            "calls": n,
+            "plain": plain,
+            "flagos": flagos,
+            "delta": flagos - plain,
+            "routed": routed[op],
+            "delta_per_routed": (flagos - plain) / routed[op] if routed[op] else None,
             "delta_by_object": dict(sorted(((o, d) for o, d in objects.items() if abs(d) >= 1), key=lambda x: -x[1])),
             "top_functions": [
                 {"object": o, "function": f, "delta": d}
@@ -134,47 +175,58 @@ def compare(dumps: dict[str, dict[str, Path]], ops: list[str], calls: int, top: 
     return result
 
 
-def report(result: dict, calls: int) -> str:
+def report(result: dict) -> str:
     lines = [
-        f"instructions per call, {calls} calls per op under callgrind (flagos: the native route on host_ref)",
-        f"{'op':10s}{'plain':>10s}{'flagos':>10s}{'delta':>10s}",
+        "instructions per call under callgrind: plain CPU against flagos (host_ref); routed: native-route",
+        "calls per call of the op; per routed: the difference over them",
+        f"{'op':16s}{'calls':>6s}{'plain':>12s}{'flagos':>12s}{'delta':>10s}{'routed':>8s}{'per routed':>12s}",
     ]
     for op, r in result.items():
-        lines.append(f"{op:10s}{r['plain']:>10.0f}{r['flagos']:>10.0f}{r['delta']:>+10.0f}")
+        per = f"{r['delta_per_routed']:+.0f}" if r["delta_per_routed"] is not None else "-"
+        lines.append(
+            f"{op:16s}{r['calls']:>6d}{r['plain']:>12.0f}{r['flagos']:>12.0f}{r['delta']:>+10.0f}{r['routed']:>8d}{per:>12s}"
+        )
     for op, r in result.items():
         objects = ", ".join(f"{o} {d:+.0f}" for o, d in r["delta_by_object"].items())
         lines.append(f"\n{op}: delta by object: {objects}")
         for f in r["top_functions"]:
-            lines.append(f"  {f['delta']:+8.0f}  {f['object'][:20]:20s} {f['function'][:150]}")
+            lines.append(f"  {f['delta']:+10.0f}  {f['object'][:20]:20s} {f['function'][:150]}")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ops", default=DEFAULT_OPS, help=f"comma-separated ops of dispatch_overhead.py ({DEFAULT_OPS})")
+    parser.add_argument(
+        "--ops",
+        default=DEFAULT_OPS,
+        help=f"comma-separated ops of dispatch_overhead.py and decode:ARCH (default {DEFAULT_OPS})",
+    )
     parser.add_argument("--size", type=int, default=64, help="square operand size")
-    parser.add_argument("--calls", type=int, default=CALLS, help="calls counted per op")
+    parser.add_argument(
+        "--calls", type=int, default=CALLS, help=f"calls counted per op (a generate counts as {MODEL_CALL_COST})"
+    )
     parser.add_argument("--top", type=int, default=0, help="also list the N functions that add the most per op")
     parser.add_argument("--json", help="also write the numbers to this file")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # one side, run under callgrind
+    parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)  # where that side leaves its routed calls
     args = parser.parse_args()
     ops = [o for o in args.ops.split(",") if o]
     if args.side:
-        side(args.side, ops, args.size, args.calls)
+        side(args.side, ops, args.size, args.calls, args.workdir)
         return
     sys.path.insert(0, str(HERE))
     from dispatch_overhead import OPS
 
-    unknown = sorted(set(ops) - set(OPS))
+    unknown = sorted(o for o in ops if o not in OPS and not o.startswith(DECODE))
     if unknown:
         raise SystemExit(f"route_instructions: unknown op(s) {', '.join(unknown)}; known: {', '.join(OPS)}")
     missing = [tool for tool in ("valgrind", "callgrind_control", "callgrind_annotate") if not shutil.which(tool)]
     if missing:
         raise SystemExit(f"route_instructions: needs valgrind; not found on PATH: {', '.join(missing)}")
     with tempfile.TemporaryDirectory(prefix="route_instructions_") as tmp:
-        dumps = measure(ops, args.size, args.calls, Path(tmp))
-        result = compare(dumps, ops, args.calls, args.top)
-    print(report(result, args.calls))
+        dumps, routed = measure(ops, args.size, args.calls, Path(tmp))
+        result = compare(dumps, routed, args.calls, args.top)
+    print(report(result))
     if args.json:
         Path(args.json).write_text(json.dumps({"calls": args.calls, "size": args.size, "ops": result}, indent=1) + "\n")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def test_dispatch_overhead_bench(run_python, tmp_path):
     assert "native us" in result.stdout
     summary = json.loads(out.read_text())
     numbers = summary["us_per_op"]
-    assert set(numbers) == {"add", "mm", "x[0]", "x.t()", "cast", "sdpa q1", "foreach"}
+    assert set(numbers) == {"add", "add 2+4d", "mm", "x[0]", "x.t()", "cast", "sdpa q1", "foreach"}
     assert set(numbers["add"]) == {"plain", "native", "python"}
     assert all(v > 0 for ways in numbers.values() for v in ways.values())
     # one round: each delta is that round's difference, with no interval to give
@@ -165,3 +166,21 @@ def test_model_zoo_refuses_a_baseline_that_is_not_a_checkout(run_python, tmp_pat
     result = run_python(script("bench/model_zoo.py", "--host", "--baseline", str(tmp_path)), check=False)
     assert result.returncode != 0
     assert f"--baseline {tmp_path}: expected a checkout of torch_fl" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("callgrind_control") is None, reason="counting instructions needs valgrind")
+def test_route_instructions_bench(run_python, tmp_path):
+    out = tmp_path / "instructions.json"
+    result = run_python(script("bench/route_instructions.py", "--ops", "add", "--calls", "50", "--top", "3",
+                               "--json", str(out)))
+    assert re.search(r"^add +\d+ +\d+ +\+\d+$", result.stdout, re.MULTILINE), result.stdout
+    add = json.loads(out.read_text())["ops"]["add"]
+    assert add["flagos"] > add["plain"] > 0 and add["delta"] == add["flagos"] - add["plain"]
+    assert add["delta_by_object"]["torch_fl_core.so"] > 0  # the route itself is counted
+    assert len(add["top_functions"]) == 3
+
+
+def test_route_instructions_bench_refuses_an_unknown_op(run_python):
+    result = run_python(script("bench/route_instructions.py", "--ops", "add,nope"), check=False)
+    assert result.returncode != 0
+    assert "unknown op(s) nope; known: add, mm" in result.stderr, result.stderr
