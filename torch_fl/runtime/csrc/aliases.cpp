@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <array>
 #include <vector>
 
 namespace torch_fl {
@@ -128,39 +129,110 @@ at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index) {
 
 namespace {
 
-// Borrowing aliases handed back after their call, reused by this thread's next borrows: making and
-// tearing down a TensorImpl and a StorageImpl per argument is most of what the native route adds per
-// tensor (the optimizer's foreach ops take every parameter in each of their lists).
-constexpr size_t kPooledAliases = 512;
-thread_local std::vector<at::Tensor> t_pooled_aliases;
-
-// The pooled alias `alias` made over `t`'s bytes with `t`'s geometry, in place.
-void reset_alias(c10::TensorImpl* alias, const at::Tensor& t, c10::Device device) {
+// The pooled alias `alias` made over `t`'s bytes, with `t`'s geometry unless it has it already.
+void reset_alias(c10::TensorImpl* alias, const at::Tensor& t, c10::Device device, bool same_shape) {
   const c10::Storage& s = t.storage();
   c10::StorageImpl* si = alias->unsafe_storage().unsafeGetStorageImpl();  // a plain strided alias of ours
   si->set_data_ptr_noswap(c10::DataPtr(s.mutable_data(), device));
   si->set_nbytes(s.nbytes());
-  if (alias->dtype() != t.dtype()) alias->set_storage_and_dtype(alias->storage(), t.dtype());
-  // A loop passes the same shapes call after call: setting them again would recompute contiguity.
-  if (!same_geometry(*alias, *t.unsafeGetTensorImpl())) {
-    alias->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  }
+  if (alias->dtype() != t.dtype()) ImplFields::set_dtype(*alias, t.dtype());
+  if (!same_shape) alias->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   if (alias->is_conj() != t.is_conj()) alias->_set_conj(t.is_conj());
   if (alias->is_neg() != t.is_neg()) alias->_set_neg(t.is_neg());
 }
 
+// The bucket of a geometry, from the few fields that tell a model's shapes apart (the rank, the
+// last size, the outermost stride, which is most of the element count of a contiguous tensor, and
+// the offset): it is computed twice per routed argument, and the bucket's entries are compared
+// in full anyway.
+size_t geometry_bucket(const c10::TensorImpl& t) {
+  const c10::impl::SizesAndStrides& g = ImplFields::geometry(t);
+  const size_t n = g.size();
+  uint64_t h = n * 0x94D049BB133111EBULL + static_cast<uint64_t>(ImplFields::offset(t));
+  if (n > 0) {
+    h ^= static_cast<uint64_t>(g.sizes_data()[n - 1]) * 0x9E3779B97F4A7C15ULL;
+    h ^= static_cast<uint64_t>(g.strides_data()[0]) * 0xBF58476D1CE4E5B9ULL;
+  }
+  return static_cast<size_t>((h ^ (h >> 31)) * 0x9E3779B97F4A7C15ULL >> 58);  // 64 buckets
+}
+
 }  // namespace
 
-Borrower::Borrower() : pool_(t_pooled_aliases), inference_(c10::InferenceMode::is_enabled()) {}
+// Borrowing aliases handed back after their call, reused by this thread's next borrows: making and
+// tearing down a TensorImpl and a StorageImpl per argument is most of what the native route adds per
+// tensor (the optimizer's foreach ops take every parameter in each of their lists). They are kept by
+// geometry: giving an alias another geometry recomputes its contiguity, the largest cost of a routed
+// call inside a model, whose consecutive ops take different shapes; and every layer repeats its
+// shapes, so each call finds aliases its shapes had in the layer before.
+class AliasPool {
+ public:
+  static constexpr size_t kBuckets = 64;
+  static constexpr size_t kMaxAliases = 512;
+
+  // A pooled alias usable for `t` on `device` in the current inference mode: one with `t`'s geometry
+  // (`same_shape` set) if its bucket has one, else another from a nearby bucket, else undefined.
+  at::Tensor take(const c10::TensorImpl& t, c10::Device device, bool inference, bool& same_shape) {
+    const size_t home = geometry_bucket(t);
+    std::vector<at::Tensor>& bucket = buckets_[home];
+    // Shapes that share a bucket are few: the newest entries are enough to look at.
+    for (size_t i = bucket.size(), seen = 0; i-- > 0 && seen < kLookedAt; ++seen) {
+      const at::Tensor& a = bucket[i];
+      if (same_geometry(*a.unsafeGetTensorImpl(), t) && usable(a, device, inference)) {
+        same_shape = true;
+        return pop(bucket, i);
+      }
+    }
+    for (size_t k = 0; k < kProbed; ++k) {
+      std::vector<at::Tensor>& other = buckets_[(home + k) % kBuckets];
+      if (!other.empty() && usable(other.back(), device, inference)) {
+        same_shape = false;
+        return pop(other, other.size() - 1);
+      }
+    }
+    return {};
+  }
+
+  // Keeps a reusable alias (the caller checked that nothing else holds it), while there is room.
+  void put(at::Tensor&& alias) {
+    if (size_ >= kMaxAliases) return;
+    buckets_[geometry_bucket(*alias.unsafeGetTensorImpl())].push_back(std::move(alias));
+    ++size_;
+  }
+
+ private:
+  static constexpr size_t kLookedAt = 4;
+  static constexpr size_t kProbed = 8;
+
+  // An alias made in inference mode has no version counter, which kernels that bump it outside
+  // inference mode refuse: reused only in the mode it was made in. Its device label is its own
+  // (borrow resets only its storage's).
+  static bool usable(const at::Tensor& a, c10::Device device, bool inference) {
+    return a.device() == device && a.is_inference() == inference;
+  }
+  at::Tensor pop(std::vector<at::Tensor>& bucket, size_t i) {
+    if (i + 1 != bucket.size()) std::swap(bucket[i], bucket.back());
+    at::Tensor a = std::move(bucket.back());
+    bucket.pop_back();
+    --size_;
+    return a;
+  }
+
+  std::array<std::vector<at::Tensor>, kBuckets> buckets_;
+  size_t size_ = 0;
+};
+
+namespace {
+thread_local AliasPool t_alias_pool;
+}  // namespace
+
+Borrower::Borrower() : pool_(t_alias_pool), inference_(c10::InferenceMode::is_enabled()) {}
 
 at::Tensor Borrower::borrow(const at::Tensor& t) {
   const c10::Device device = to_backing(t.device());
-  // An alias made in inference mode has no version counter, which kernels that bump it outside
-  // inference mode refuse: reused only in the mode it was made in.
-  if (!pool_.empty() && pool_.back().device() == device && pool_.back().is_inference() == inference_) {
-    at::Tensor alias = std::move(pool_.back());
-    pool_.pop_back();
-    reset_alias(alias.unsafeGetTensorImpl(), t, device);
+  bool same_shape = false;
+  at::Tensor alias = pool_.take(*t.unsafeGetTensorImpl(), device, inference_, same_shape);
+  if (alias.defined()) {
+    reset_alias(alias.unsafeGetTensorImpl(), t, device, same_shape);
     return alias;
   }
   // Resizable: an out= kernel may grow it; the caller then moves the new buffer into the flagos storage.
@@ -172,14 +244,14 @@ void Borrower::give_back(at::Tensor&& alias) {
   const c10::Storage& storage = impl->unsafe_storage();  // a plain strided alias of ours
   // Reused only when the kernel kept no reference to it or its storage and left its metadata
   // changeable (a kernel may restride or relabel an alias; borrow resets those).
-  if (pool_.size() >= kPooledAliases || alias.use_count() != 1 || storage.use_count() != 1 ||
-      !impl->allow_tensor_metadata_change() || impl->is_wrapped_number() || impl->device_type() != backing().type) {
+  if (alias.use_count() != 1 || storage.use_count() != 1 || !impl->allow_tensor_metadata_change() ||
+      impl->is_wrapped_number() || impl->device_type() != backing().type) {
     return;
   }
   c10::StorageImpl* si = storage.unsafeGetStorageImpl();
   if (!si->resizable() || si->allocator() != c10::GetAllocator(backing().type)) return;
   si->set_data_ptr_noswap(c10::DataPtr(nullptr, si->device()));  // no pointer into freed memory
-  pool_.push_back(std::move(alias));
+  pool_.put(std::move(alias));
 }
 
 std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Tensor>& t) {

@@ -49,6 +49,7 @@ struct ImplFields : c10::TensorImpl {
   }
   static int64_t offset(const c10::TensorImpl& t) { return t.*&ImplFields::storage_offset_; }
   static void set_device(c10::TensorImpl& t, c10::Device d) { t.*&ImplFields::device_opt_ = d; }
+  static void set_dtype(c10::TensorImpl& t, caffe2::TypeMeta dtype) { t.*&ImplFields::data_type_ = dtype; }
 };
 
 c10::DeviceIndex device_count();
@@ -117,6 +118,7 @@ at::Tensor hand_to_backing(const at::Tensor& t);
 // Borrowing aliases for one call, drawn from this thread's pool of aliases that earlier calls
 // handed back: a route makes one per call, so the pool and the autograd mode are looked up once
 // rather than per argument.
+class AliasPool;
 class Borrower {
  public:
   Borrower();
@@ -126,7 +128,7 @@ class Borrower {
   void give_back(at::Tensor&& alias);
 
  private:
-  std::vector<at::Tensor>& pool_;
+  AliasPool& pool_;
   bool inference_;
 };
 inline at::Tensor borrow_as_backing(const at::Tensor& t) { return Borrower().borrow(t); }
