@@ -171,16 +171,19 @@ def test_model_zoo_refuses_a_baseline_that_is_not_a_checkout(run_python, tmp_pat
 @pytest.mark.skipif(shutil.which("callgrind_control") is None, reason="counting instructions needs valgrind")
 def test_route_instructions_bench(run_python, tmp_path):
     out = tmp_path / "instructions.json"
-    result = run_python(script("bench/route_instructions.py", "--ops", "add", "--calls", "50", "--top", "3",
-                               "--json", str(out)))
-    assert re.search(r"^add +\d+ +\d+ +\+\d+$", result.stdout, re.MULTILINE), result.stdout
+    result = run_python(
+        script("bench/route_instructions.py", "--ops", "add", "--calls", "50", "--top", "3", "--json", str(out))
+    )
+    # op, calls, plain, flagos, delta, native-route calls (one add: one), delta per routed call
+    assert re.search(r"^add +50 +\d+ +\d+ +\+\d+ +1 +\+\d+$", result.stdout, re.MULTILINE), result.stdout
     add = json.loads(out.read_text())["ops"]["add"]
     assert add["flagos"] > add["plain"] > 0 and add["delta"] == add["flagos"] - add["plain"]
     assert add["delta_by_object"]["torch_fl_core.so"] > 0  # the route itself is counted
+    assert add["routed"] == 1 and add["delta_per_routed"] == add["delta"]
     assert len(add["top_functions"]) == 3
 
 
 def test_route_instructions_bench_refuses_an_unknown_op(run_python):
     result = run_python(script("bench/route_instructions.py", "--ops", "add,nope"), check=False)
     assert result.returncode != 0
-    assert "unknown op(s) nope; known: add, mm" in result.stderr, result.stderr
+    assert "unknown op(s) nope; known: add, add 2+4d, mm," in result.stderr, result.stderr
