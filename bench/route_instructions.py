@@ -219,7 +219,9 @@ def main() -> None:
 
     unknown = sorted(o for o in ops if o not in OPS and not o.startswith(DECODE))
     if unknown:
-        raise SystemExit(f"route_instructions: unknown op(s) {', '.join(unknown)}; known: {', '.join(OPS)} and decode:ARCH")
+        raise SystemExit(
+            f"route_instructions: unknown op(s) {', '.join(unknown)}; known: {', '.join(OPS)} and decode:ARCH"
+        )
     missing = [tool for tool in ("valgrind", "callgrind_control", "callgrind_annotate") if not shutil.which(tool)]
     if missing:
         raise SystemExit(f"route_instructions: needs valgrind; not found on PATH: {', '.join(missing)}")
