@@ -32,6 +32,20 @@ def test_each_reuse_takes_the_new_arguments_geometry_and_dtype(same: Callable[..
             same(torch.cat([f.flatten(), f.flatten()[:3]]), torch.cat([c.flatten(), c.flatten()[:3]]))
 
 
+def test_aliases_of_one_shape_take_each_calls_dtype_and_lazy_bits(same: Callable[..., None]) -> None:
+    # The pool keeps aliases by geometry: one shape's alias serves arguments that differ in dtype
+    # and in the lazy conjugate and negative bits, which each reuse must set or clear.
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(4, 5, dtype=torch.complex64, generator=g)
+    x = torch.randn(4, 5, generator=g)
+    cpu, fl = _pairs(z, z.conj(), z, x, torch._neg_view(x), x.double(), x, x.int())
+    for _ in range(2):
+        for c, f in zip(cpu, fl, strict=True):
+            same(f * 2, c * 2)
+            same(f + f, c + c)
+            same(torch.cat([f, f]), torch.cat([c, c]))
+
+
 def test_list_ops_in_place_after_inference_mode(same: Callable[..., None]) -> None:
     # Aliases made in inference mode have no version counter: reused outside it, an in-place
     # kernel that bumps versions (the fused foreach ones on CUDA) would refuse them.

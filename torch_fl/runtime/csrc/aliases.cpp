@@ -137,8 +137,12 @@ void reset_alias(c10::TensorImpl* alias, const at::Tensor& t, c10::Device device
   si->set_nbytes(s.nbytes());
   if (alias->dtype() != t.dtype()) ImplFields::set_dtype(*alias, t.dtype());
   if (!same_shape) alias->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  if (alias->is_conj() != t.is_conj()) alias->_set_conj(t.is_conj());
-  if (alias->is_neg() != t.is_neg()) alias->_set_neg(t.is_neg());
+  // The lazy conjugate and negative bits: rarely set on either side, so checked once for both.
+  constexpr c10::DispatchKeySet lazy_bits({c10::DispatchKey::Conjugate, c10::DispatchKey::Negative});
+  if (C10_UNLIKELY((alias->key_set() | t.key_set()).has_any(lazy_bits))) {
+    if (alias->is_conj() != t.is_conj()) alias->_set_conj(t.is_conj());
+    if (alias->is_neg() != t.is_neg()) alias->_set_neg(t.is_neg());
+  }
 }
 
 // The bucket of a geometry, from the few fields that tell a model's shapes apart (the rank, the
@@ -171,8 +175,8 @@ class AliasPool {
 
   // A pooled alias usable for `t` on `device` in the current inference mode: one with `t`'s geometry
   // (`same_shape` set) if its bucket has one, else another from a nearby bucket, else undefined.
-  at::Tensor take(const c10::TensorImpl& t, c10::Device device, bool inference, bool& same_shape) {
-    const size_t home = geometry_bucket(t);
+  at::Tensor take(const c10::TensorImpl& t, c10::Device device, bool inference, bool& same_shape, uint8_t& home) {
+    home = static_cast<uint8_t>(geometry_bucket(t));
     std::vector<at::Tensor>& bucket = buckets_[home];
     // Shapes that share a bucket are few: the newest entries are enough to look at.
     for (size_t i = bucket.size(), seen = 0; i-- > 0 && seen < kLookedAt; ++seen) {
@@ -192,10 +196,11 @@ class AliasPool {
     return {};
   }
 
-  // Keeps a reusable alias (the caller checked that nothing else holds it), while there is room.
-  void put(at::Tensor&& alias) {
+  // Keeps a reusable alias (the caller checked that nothing else holds it) in `bucket`, while there
+  // is room.
+  void put(at::Tensor&& alias, uint8_t bucket) {
     if (size_ >= kMaxAliases) return;
-    buckets_[geometry_bucket(*alias.unsafeGetTensorImpl())].push_back(std::move(alias));
+    buckets_[bucket % kBuckets].push_back(std::move(alias));
     ++size_;
   }
 
@@ -227,10 +232,10 @@ thread_local AliasPool t_alias_pool;
 
 Borrower::Borrower() : pool_(t_alias_pool), inference_(c10::InferenceMode::is_enabled()) {}
 
-at::Tensor Borrower::borrow(const at::Tensor& t) {
+at::Tensor Borrower::borrow(const at::Tensor& t, uint8_t& bucket) {
   const c10::Device device = to_backing(t.device());
   bool same_shape = false;
-  at::Tensor alias = pool_.take(*t.unsafeGetTensorImpl(), device, inference_, same_shape);
+  at::Tensor alias = pool_.take(*t.unsafeGetTensorImpl(), device, inference_, same_shape, bucket);
   if (alias.defined()) {
     reset_alias(alias.unsafeGetTensorImpl(), t, device, same_shape);
     return alias;
@@ -239,7 +244,7 @@ at::Tensor Borrower::borrow(const at::Tensor& t) {
   return borrowing_alias(t, device, true);
 }
 
-void Borrower::give_back(at::Tensor&& alias) {
+void Borrower::give_back(at::Tensor&& alias, uint8_t bucket) {
   c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
   const c10::Storage& storage = impl->unsafe_storage();  // a plain strided alias of ours
   // Reused only when the kernel kept no reference to it or its storage and left its metadata
@@ -251,7 +256,7 @@ void Borrower::give_back(at::Tensor&& alias) {
   c10::StorageImpl* si = storage.unsafeGetStorageImpl();
   if (!si->resizable() || si->allocator() != c10::GetAllocator(backing().type)) return;
   si->set_data_ptr_noswap(c10::DataPtr(nullptr, si->device()));  // no pointer into freed memory
-  pool_.put(std::move(alias));
+  pool_.put(std::move(alias), bucket);
 }
 
 std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Tensor>& t) {

@@ -123,9 +123,16 @@ class Borrower {
  public:
   Borrower();
   // A borrowing alias: no keep-alive, only valid while `t` lives (used inside one kernel call).
-  at::Tensor borrow(const at::Tensor& t);
-  // Hands a borrowed alias back after its call, for reuse (kept only when nothing else holds it).
-  void give_back(at::Tensor&& alias);
+  // `bucket` is where the pool keeps aliases of `t`'s geometry, for give_back.
+  at::Tensor borrow(const at::Tensor& t, uint8_t& bucket);
+  at::Tensor borrow(const at::Tensor& t) {
+    uint8_t bucket = 0;
+    return borrow(t, bucket);
+  }
+  // Hands a borrowed alias back after its call, for reuse (kept only when nothing else holds it),
+  // into the bucket its borrow gave. (A kernel that restrided it leaves it in a bucket of another
+  // geometry: found there only when nothing of its own shape is, and restrided again then.)
+  void give_back(at::Tensor&& alias, uint8_t bucket);
 
  private:
   AliasPool& pool_;

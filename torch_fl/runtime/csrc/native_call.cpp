@@ -159,11 +159,12 @@ at::Tensor NativeArguments::sparse_tensor(const at::Tensor& t, bool written) {
 
 size_t NativeArguments::dense(const at::Tensor& t, bool written) {
   note_device(index, t);
-  at::Tensor alias = borrower.borrow(t);
-  c10::StorageImpl* si = alias.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  uint8_t bucket = 0;
+  at::Tensor alias = borrower.borrow(t, bucket);
   c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
-  swaps.push_back(Swap{impl, si, const_cast<void*>(si->data()), &t, arguments_outlive_call ? at::Tensor() : t, written,
-                       std::move(alias)});
+  c10::StorageImpl* si = impl->unsafe_storage().unsafeGetStorageImpl();
+  swaps.emplace_back(impl, si, const_cast<void*>(si->data()), &t, arguments_outlive_call ? at::Tensor() : t, written,
+                     bucket, std::move(alias));
   any_written = any_written || written;
   return swaps.size() - 1;
 }

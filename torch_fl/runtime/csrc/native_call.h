@@ -64,6 +64,7 @@ struct Swap {
   const at::Tensor* argument;
   at::Tensor kept;
   bool written;
+  uint8_t bucket;  // where the alias pool takes the alias back
   at::Tensor alias;
   const at::Tensor& original() const { return kept.defined() ? kept : *argument; }
 };
@@ -114,7 +115,7 @@ struct NativeArguments {
   NativeArguments(const NativeArguments&) = delete;
   NativeArguments& operator=(const NativeArguments&) = delete;
   ~NativeArguments() {
-    for (auto& s : swaps) borrower.give_back(std::move(s.alias));
+    for (auto& s : swaps) borrower.give_back(std::move(s.alias), s.bucket);
   }
 
   // The backing alias of a flagos argument (dense or sparse), kept for the results and the write-back.
