@@ -133,8 +133,15 @@ namespace {
 void reset_alias(c10::TensorImpl* alias, const at::Tensor& t, c10::Device device, bool same_shape) {
   const c10::Storage& s = t.storage();
   c10::StorageImpl* si = alias->unsafe_storage().unsafeGetStorageImpl();  // a plain strided alias of ours
-  si->set_data_ptr_noswap(c10::DataPtr(s.mutable_data(), device));
-  si->set_nbytes(s.nbytes());
+  // mutable_data() first: it gives a lazily cloned buffer its own bytes before any kernel writes.
+  void* data = s.mutable_data();
+  // An alias that last served these bytes (the same tensor a step later, or a buffer the caching
+  // allocator handed out again at the same address) keeps its pointer: it borrows, so address and
+  // size are all it holds.
+  if (si->data() != data || si->nbytes() != s.nbytes()) {
+    si->set_data_ptr_noswap(c10::DataPtr(data, device));
+    si->set_nbytes(s.nbytes());
+  }
   if (alias->dtype() != t.dtype()) ImplFields::set_dtype(*alias, t.dtype());
   if (!same_shape) alias->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   // The lazy conjugate and negative bits: rarely set on either side, so checked once for both.
@@ -255,7 +262,8 @@ void Borrower::give_back(at::Tensor&& alias, uint8_t bucket) {
   }
   c10::StorageImpl* si = storage.unsafeGetStorageImpl();
   if (!si->resizable() || si->allocator() != c10::GetAllocator(backing().type)) return;
-  si->set_data_ptr_noswap(c10::DataPtr(nullptr, si->device()));  // no pointer into freed memory
+  // The alias keeps its pointer while pooled: nothing reads it before the next borrow confirms or
+  // replaces it, and one that serves the same bytes again need not set it.
   pool_.put(std::move(alias), bucket);
 }
 
