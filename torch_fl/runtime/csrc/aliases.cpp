@@ -154,8 +154,8 @@ void reset_alias(c10::TensorImpl* alias, const at::Tensor& t, c10::Device device
 
 // The bucket of a geometry, from the few fields that tell a model's shapes apart (the rank, the
 // last size, the outermost stride, which is most of the element count of a contiguous tensor, and
-// the offset): it is computed twice per routed argument, and the bucket's entries are compared
-// in full anyway.
+// the offset): it is computed once per routed argument, and a bucket's entries are compared in
+// full anyway.
 size_t geometry_bucket(const c10::TensorImpl& t) {
   const c10::impl::SizesAndStrides& g = ImplFields::geometry(t);
   const size_t n = g.size();
