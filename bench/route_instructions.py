@@ -6,13 +6,15 @@
 The ops of dispatch_overhead.py, and `decode:ARCH` (one greedy `generate` of a zoo architecture at
 host size, 8 prompt and 8 new tokens), run on the plain CPU and on flagos (host_ref), each side in
 its own process under callgrind with collection switched on only around each op's loop (after a
-warm-up). A count of executed instructions does not depend on what else the machine runs: two runs
-of the same build agree to a few instructions per call, so a change to the route shows even where
-timings on a shared host cannot tell it (a model's rounds there vary by several percent). It is a
+warm-up, with Python's collector off). A count of executed instructions does not depend on what
+else the machine runs, so a change to the route shows even where timings on a shared host cannot
+tell it (a model's rounds there vary by several percent). It is a
 count, not a time: cache misses and atomic operations cost more than their share, and a board's
 route runs with colder caches than this loop.
-Per op: the instructions per call on each side and their difference, the native-route calls one
-call of the op makes on flagos and the difference per routed call; then the difference per shared
+Per op: the instructions per call on each side, their difference and the part of it in flagos's
+compiled core (which repeats exactly between runs of one build; the C library's share moves with
+the heap's state), the native-route calls one call of the op makes on flagos and the difference
+per routed call; then the difference per shared
 object and, with --top N, the N functions that add the most.
 Needs valgrind (callgrind_control and callgrind_annotate come with it).
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import json
 import os
 import re
@@ -31,10 +34,15 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from torch_fl.runtime.build import MODULE_NAME
+
 HERE = Path(__file__).resolve().parent
 SIDES = ("plain", "flagos")
 DEFAULT_OPS = "add,add 2+4d,mm,cast,foreach,decode:llama"
 CALLS, WARMUP = 1000, 100
+# flagos's own compiled core: the part of the difference that repeats exactly from run to run (the C
+# library's share moves with the heap's state, Python's with its caches).
+CORE_OBJECT = f"{MODULE_NAME}.so"
 DECODE = "decode:"  # an op named decode:ARCH is one `generate` of that zoo architecture
 MODEL_CALL_COST = 250  # a generate counts as this many calls of --calls (1000: 4 generates)
 # one line of callgrind_annotate: "1,234 ( 5.67%)  file:function [object]"
@@ -65,11 +73,16 @@ def side(name: str, ops: list[str], size: int, calls: int, workdir: Path) -> Non
             torch_fl.routing.reset_stats()
             fn()
             routed[op] = sum(r.calls for r in torch_fl.routing.stats() if r.path == "native")
+        # Python's collector runs when allocations cross its thresholds, at moments that differ
+        # between the sides: it stays off while counting, after a collection.
+        gc.collect()
+        gc.disable()
         control("--zero")
         control("--instr=on")
         for _ in range(counted_calls(op, calls)):
             fn()
         control("--instr=off")
+        gc.enable()
         control("--dump")
     if name == "flagos":
         (workdir / "routed.json").write_text(json.dumps(routed))
@@ -164,6 +177,7 @@ def compare(dumps: dict[str, dict[str, Path]], routed: dict[str, int], calls: in
             "plain": plain,
             "flagos": flagos,
             "delta": flagos - plain,
+            "core": objects.get(CORE_OBJECT, 0.0),
             "routed": routed[op],
             "delta_per_routed": (flagos - plain) / routed[op] if routed[op] else None,
             "delta_by_object": dict(sorted(((o, d) for o, d in objects.items() if abs(d) >= 1), key=lambda x: -x[1])),
@@ -177,14 +191,17 @@ def compare(dumps: dict[str, dict[str, Path]], routed: dict[str, int], calls: in
 
 def report(result: dict) -> str:
     lines = [
-        "instructions per call under callgrind: plain CPU against flagos (host_ref); routed: native-route",
-        "calls per call of the op; per routed: the difference over them",
-        f"{'op':16s}{'calls':>6s}{'plain':>12s}{'flagos':>12s}{'delta':>10s}{'routed':>8s}{'per routed':>12s}",
+        "instructions per call under callgrind: plain CPU against flagos (host_ref); core: the part of the",
+        f"difference in {CORE_OBJECT}; routed: native-route calls per call of the op; per routed: the",
+        "difference over them",
+        f"{'op':16s}{'calls':>6s}{'plain':>12s}{'flagos':>12s}{'delta':>10s}{'core':>10s}{'routed':>8s}"
+        f"{'per routed':>12s}",
     ]
     for op, r in result.items():
         per = f"{r['delta_per_routed']:+.0f}" if r["delta_per_routed"] is not None else "-"
         lines.append(
-            f"{op:16s}{r['calls']:>6d}{r['plain']:>12.0f}{r['flagos']:>12.0f}{r['delta']:>+10.0f}{r['routed']:>8d}{per:>12s}"
+            f"{op:16s}{r['calls']:>6d}{r['plain']:>12.0f}{r['flagos']:>12.0f}{r['delta']:>+10.0f}{r['core']:>+10.0f}"
+            f"{r['routed']:>8d}{per:>12s}"
         )
     for op, r in result.items():
         objects = ", ".join(f"{o} {d:+.0f}" for o, d in r["delta_by_object"].items())
