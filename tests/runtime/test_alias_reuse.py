@@ -63,6 +63,26 @@ def test_list_ops_in_place_after_inference_mode(same: Callable[..., None]) -> No
         same(torch.stack(torch._foreach_add(fl, 1.0)), torch.stack(torch._foreach_add(cpu, 1.0)))
 
 
+def test_aliases_cross_inference_mode_to_be_read_and_normal_ones_to_be_written(same: Callable[..., None]) -> None:
+    # An alias made in inference mode may serve a read outside it but not a write (it has no
+    # version counter to bump); one made outside may serve either in either mode.
+    cpu, fl = _pairs(*(torch.full((3, 3), float(i)) for i in range(4)))
+    with torch.inference_mode():
+        for c, f in zip(cpu, fl, strict=True):
+            same(f * 2, c * 2)  # the pool now holds aliases made in inference mode
+    for c, f in zip(cpu, fl, strict=True):
+        same(f + 1, c + 1)
+    torch._foreach_mul_(fl, 3.0)
+    torch._foreach_mul_(cpu, 3.0)
+    for c, f in zip(cpu, fl, strict=True):
+        same(f, c)
+    with torch.inference_mode():
+        torch._foreach_add_(fl, 1.0)  # written in inference mode, with aliases made outside it
+        torch._foreach_add_(cpu, 1.0)
+        for c, f in zip(cpu, fl, strict=True):
+            same(f, c)
+
+
 def test_out_grown_by_the_kernel_then_reused(same: Callable[..., None]) -> None:
     a, b = torch.randn(64), torch.randn(64)
     out = torch.empty(0, device="flagos")

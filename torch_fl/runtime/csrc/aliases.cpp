@@ -180,22 +180,23 @@ class AliasPool {
   static constexpr size_t kBuckets = 64;
   static constexpr size_t kMaxAliases = 512;
 
-  // A pooled alias usable for `t` on `device` in the current inference mode: one with `t`'s geometry
-  // (`same_shape` set) if its bucket has one, else another from a nearby bucket, else undefined.
-  at::Tensor take(const c10::TensorImpl& t, c10::Device device, bool inference, bool& same_shape, uint8_t& home) {
+  // A pooled alias usable for `t` on `device` (as a written argument where `written`): one with `t`'s
+  // geometry (`same_shape` set) if its bucket has one, else another from a nearby bucket, else
+  // undefined.
+  at::Tensor take(const c10::TensorImpl& t, c10::Device device, bool written, bool& same_shape, uint8_t& home) {
     home = static_cast<uint8_t>(geometry_bucket(t));
     std::vector<at::Tensor>& bucket = buckets_[home];
     // Shapes that share a bucket are few: the newest entries are enough to look at.
     for (size_t i = bucket.size(), seen = 0; i-- > 0 && seen < kLookedAt; ++seen) {
       const at::Tensor& a = bucket[i];
-      if (same_geometry(*a.unsafeGetTensorImpl(), t) && usable(a, device, inference)) {
+      if (same_geometry(*a.unsafeGetTensorImpl(), t) && usable(a, device, written)) {
         same_shape = true;
         return pop(bucket, i);
       }
     }
     for (size_t k = 0; k < kProbed; ++k) {
       std::vector<at::Tensor>& other = buckets_[(home + k) % kBuckets];
-      if (!other.empty() && usable(other.back(), device, inference)) {
+      if (!other.empty() && usable(other.back(), device, written)) {
         same_shape = false;
         return pop(other, other.size() - 1);
       }
@@ -215,11 +216,13 @@ class AliasPool {
   static constexpr size_t kLookedAt = 4;
   static constexpr size_t kProbed = 8;
 
-  // An alias made in inference mode has no version counter, which kernels that bump it outside
-  // inference mode refuse: reused only in the mode it was made in. Its device label is its own
-  // (borrow resets only its storage's).
-  static bool usable(const at::Tensor& a, c10::Device device, bool inference) {
-    return a.device() == device && a.is_inference() == inference;
+  // An alias made in inference mode has no version counter, which a kernel writing to it outside
+  // inference mode would bump and refuse: it serves a written argument only in inference mode (the
+  // mode is read only then, which saves a thread-local lookup on nearly every call). Any alias can
+  // be read in either mode, and a normal one written in either. Its device label is its own (borrow
+  // resets only its storage's).
+  static bool usable(const at::Tensor& a, c10::Device device, bool written) {
+    return a.device() == device && (!written || !a.is_inference() || c10::InferenceMode::is_enabled());
   }
   at::Tensor pop(std::vector<at::Tensor>& bucket, size_t i) {
     if (i + 1 != bucket.size()) std::swap(bucket[i], bucket.back());
@@ -237,12 +240,12 @@ namespace {
 thread_local AliasPool t_alias_pool;
 }  // namespace
 
-Borrower::Borrower() : pool_(t_alias_pool), inference_(c10::InferenceMode::is_enabled()) {}
+Borrower::Borrower() : pool_(t_alias_pool) {}
 
-at::Tensor Borrower::borrow(const at::Tensor& t, uint8_t& bucket) {
+at::Tensor Borrower::borrow(const at::Tensor& t, uint8_t& bucket, bool written) {
   const c10::Device device = to_backing(t.device());
   bool same_shape = false;
-  at::Tensor alias = pool_.take(*t.unsafeGetTensorImpl(), device, inference_, same_shape, bucket);
+  at::Tensor alias = pool_.take(*t.unsafeGetTensorImpl(), device, written, same_shape, bucket);
   if (alias.defined()) {
     reset_alias(alias.unsafeGetTensorImpl(), t, device, same_shape);
     return alias;

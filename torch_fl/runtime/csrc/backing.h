@@ -116,18 +116,18 @@ class KeptAliases {
 // the buffer is not the backing allocator's, and on the host backing.
 at::Tensor hand_to_backing(const at::Tensor& t);
 // Borrowing aliases for one call, drawn from this thread's pool of aliases that earlier calls
-// handed back: a route makes one per call, so the pool and the autograd mode are looked up once
-// rather than per argument.
+// handed back: a route makes one per call, so the pool is looked up once rather than per argument.
 class AliasPool;
 class Borrower {
  public:
   Borrower();
-  // A borrowing alias: no keep-alive, only valid while `t` lives (used inside one kernel call).
-  // `bucket` is where the pool keeps aliases of `t`'s geometry, for give_back.
-  at::Tensor borrow(const at::Tensor& t, uint8_t& bucket);
+  // A borrowing alias: no keep-alive, only valid while `t` lives (used inside one kernel call), which
+  // the kernel may write where `written`. `bucket` is where the pool keeps aliases of `t`'s geometry,
+  // for give_back.
+  at::Tensor borrow(const at::Tensor& t, uint8_t& bucket, bool written);
   at::Tensor borrow(const at::Tensor& t) {
     uint8_t bucket = 0;
-    return borrow(t, bucket);
+    return borrow(t, bucket, true);
   }
   // Hands a borrowed alias back after its call, for reuse (kept only when nothing else holds it),
   // into the bucket its borrow gave. (A kernel that restrided it leaves it in a bucket of another
@@ -136,7 +136,6 @@ class Borrower {
 
  private:
   AliasPool& pool_;
-  bool inference_;
 };
 inline at::Tensor borrow_as_backing(const at::Tensor& t) { return Borrower().borrow(t); }
 std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Tensor>& t);
