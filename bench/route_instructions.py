@@ -98,8 +98,6 @@ def decoder(arch: str, device: str) -> Callable[[], object]:
 
     from torch_fl.workloads import zoo
 
-    if arch not in zoo.ARCHS or not zoo.ARCHS[arch].generates:
-        raise SystemExit(f"route_instructions: {arch} is not a zoo architecture that generates")
     cpu = zoo.build(arch, "host")
     model = cpu.to(device).eval()
     ids = zoo.prompt(cpu, 1, 8).to(device)
@@ -234,10 +232,14 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     from dispatch_overhead import OPS
 
-    unknown = sorted(o for o in ops if o not in OPS and not o.startswith(DECODE))
+    from torch_fl.workloads import zoo
+
+    decoders = [name for name, arch in zoo.ARCHS.items() if arch.generates]
+    unknown = sorted(o for o in ops if o not in OPS and o.removeprefix(DECODE) not in decoders)
     if unknown:
         raise SystemExit(
-            f"route_instructions: unknown op(s) {', '.join(unknown)}; known: {', '.join(OPS)} and decode:ARCH"
+            f"route_instructions: unknown op(s) {', '.join(unknown)}; known: {', '.join(OPS)} and "
+            + ", ".join(DECODE + name for name in decoders)
         )
     missing = [tool for tool in ("valgrind", "callgrind_control", "callgrind_annotate") if not shutil.which(tool)]
     if missing:

@@ -184,6 +184,8 @@ def test_route_instructions_bench(run_python, tmp_path):
 
 
 def test_route_instructions_bench_refuses_an_unknown_op(run_python):
-    result = run_python(script("bench/route_instructions.py", "--ops", "add,nope"), check=False)
+    result = run_python(script("bench/route_instructions.py", "--ops", "add,nope,decode:bert"), check=False)
     assert result.returncode != 0
-    assert "unknown op(s) nope; known: add, add 2+4d, mm," in result.stderr, result.stderr
+    # bert does not generate: only the zoo's decoders count as decode:ARCH
+    assert "unknown op(s) decode:bert, nope; known: add, add 2+4d, mm," in result.stderr, result.stderr
+    assert "decode:llama" in result.stderr and "decode:bert" not in result.stderr.split("known:")[1]
