@@ -125,6 +125,8 @@ class Borrower {
   // the kernel may write where `written`. `bucket` is where the pool keeps aliases of `t`'s geometry,
   // for give_back.
   at::Tensor borrow(const at::Tensor& t, uint8_t& bucket, bool written);
+  // One that is not handed back (the callers that keep no bucket), taken as if written: the kernels
+  // they call are not sorted into readers and writers.
   at::Tensor borrow(const at::Tensor& t) {
     uint8_t bucket = 0;
     return borrow(t, bucket, true);
