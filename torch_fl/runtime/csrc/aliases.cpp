@@ -67,6 +67,7 @@ void set_backing(c10::DeviceType type, c10::DeviceIndex host_devices) {
               "host_devices must be in [1, ", kMaxHostDevices, "]; got ", host_devices);
   g_backing.type = type;
   g_backing.key = type == c10::DeviceType::CPU ? c10::DispatchKey::CPU : c10::DispatchKey::CUDA;
+  g_backing.keys = c10::DispatchKeySet(g_backing.key);
   g_backing.host_devices = host_devices;
   g_backing.initialized = true;
 }

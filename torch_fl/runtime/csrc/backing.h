@@ -27,7 +27,8 @@ constexpr auto kFlagos = c10::DeviceType::PrivateUse1;
 struct Backing {
   c10::DeviceType type = c10::DeviceType::CPU;
   c10::DispatchKey key = c10::DispatchKey::CPU;
-  c10::DeviceIndex host_devices = 2;  // virtual device count when the backing is the host
+  c10::DispatchKeySet keys{c10::DispatchKey::CPU};  // {key}, built once: the routes redispatch to it per call
+  c10::DeviceIndex host_devices = 2;                // virtual device count when the backing is the host
   bool initialized = false;
 };
 

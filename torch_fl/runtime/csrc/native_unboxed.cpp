@@ -235,8 +235,7 @@ struct Unboxed<Op, R(A...)> {
   // Straight to the backing's dense kernel (calls with a sparse argument take the boxed route).
   static R backing_call(std::tuple<Pass<A>...>& passes) {
     mark_native_route();
-    const c10::DispatchKeySet kernel(backing().key);
-    return std::apply([&](auto&... p) -> R { return Op::redispatch(kernel, p.get()...); }, passes);
+    return std::apply([&](auto&... p) -> R { return Op::redispatch(backing().keys, p.get()...); }, passes);
   }
 };
 

@@ -81,7 +81,7 @@ at::Tensor& copy(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   uint8_t target_bucket = 0, source_bucket = 0;
   at::Tensor target = to_flagos ? borrower.borrow(self, target_bucket, true) : self;
   at::Tensor source = from_flagos ? borrower.borrow(src, source_bucket, false) : src;
-  at::_ops::copy_::redispatch(c10::DispatchKeySet(backing().key), target, source, non_blocking);
+  at::_ops::copy_::redispatch(backing().keys, target, source, non_blocking);
   if (to_flagos) borrower.give_back(std::move(target), target_bucket);
   if (from_flagos) borrower.give_back(std::move(source), source_bucket);
   return self;
