@@ -7,6 +7,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <array>
+#include <memory>
 #include <vector>
 
 namespace torch_fl {
@@ -238,10 +239,32 @@ class AliasPool {
 };
 
 namespace {
-thread_local AliasPool t_alias_pool;
+
+// This thread's pool, reached through a plain pointer: a thread_local object with a destructor is
+// reached through its guard and a second thread-local lookup on every access, and every routed
+// call makes a Borrower.
+thread_local AliasPool* t_alias_pool = nullptr;
+thread_local bool t_alias_pool_gone = false;
+
+// Owns the pool and frees it with its thread; a route that runs after that, while the thread's
+// other objects are destroyed, gets a pool of its own that is never freed.
+struct PoolOwner {
+  std::unique_ptr<AliasPool> pool = std::make_unique<AliasPool>();
+  ~PoolOwner() {
+    t_alias_pool = nullptr;
+    t_alias_pool_gone = true;
+  }
+};
+
+C10_NOINLINE AliasPool& first_alias_pool() {
+  if (t_alias_pool_gone) return *(t_alias_pool = new AliasPool());
+  thread_local PoolOwner owner;
+  return *(t_alias_pool = owner.pool.get());
+}
+
 }  // namespace
 
-Borrower::Borrower() : pool_(t_alias_pool) {}
+Borrower::Borrower() : pool_(C10_LIKELY(t_alias_pool != nullptr) ? *t_alias_pool : first_alias_pool()) {}
 
 at::Tensor Borrower::borrow(const at::Tensor& t, uint8_t& bucket, bool written) {
   const c10::Device device = to_backing(t.device());

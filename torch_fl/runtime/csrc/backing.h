@@ -14,9 +14,12 @@
 #include <ATen/core/stack.h>
 
 #include <atomic>
+#include <bit>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -56,14 +59,23 @@ struct ImplFields : c10::TensorImpl {
 c10::DeviceIndex device_count();
 c10::DeviceIndex current_index();  // the current flagos device index (never -1)
 
+// A Device assembled in one 16-bit value. GCC builds a Device a byte at a time on the stack, and a
+// later copy or comparison of the whole reads it back with one 16-bit load, which the CPU cannot
+// forward from the two byte stores: a stall that perf put at a fifth of the alias pool's cycles.
+inline c10::Device packed_device(c10::DeviceType type, c10::DeviceIndex index) {
+  static_assert(sizeof(c10::Device) == 2 && std::is_trivially_copyable_v<c10::Device>);
+  const auto bits = static_cast<uint16_t>(static_cast<uint8_t>(type) | static_cast<uint8_t>(index) << 8);
+  return std::bit_cast<c10::Device>(bits);
+}
+
 // Device label translation between flagos and the backing.
 inline c10::Device to_backing(c10::Device d) {
-  if (host_backed()) return c10::Device(c10::DeviceType::CPU);
-  return {backing().type, d.has_index() ? d.index() : current_index()};
+  if (host_backed()) return packed_device(c10::DeviceType::CPU, -1);
+  return packed_device(backing().type, d.has_index() ? d.index() : current_index());
 }
 inline c10::Device to_flagos(c10::Device backing_device, c10::DeviceIndex host_index) {
-  if (host_backed()) return {kFlagos, host_index >= 0 ? host_index : current_index()};
-  return {kFlagos, backing_device.index()};
+  if (host_backed()) return packed_device(kFlagos, host_index >= 0 ? host_index : current_index());
+  return packed_device(kFlagos, backing_device.index());
 }
 
 // Equal sizes, strides and storage offset of two dense tensors, compared inline over the fields
