@@ -92,3 +92,18 @@ def test_autograd_through_unboxed_ops(same: Callable[..., None]) -> None:
         losses.append((loss, wd.grad))
     same(losses[1][0], losses[0][0])
     same(losses[1][1], losses[0][1])
+
+
+@pytest.mark.parametrize("inference", [False, True])
+def test_a_routed_result_has_the_dispatch_keys_of_a_flagos_tensor(inference: bool) -> None:
+    # The route relabels the backing kernel's result in place: its backend and autocast keys must
+    # become flagos's, or autocast and autograd would skip it.
+    with torch.inference_mode(inference):
+        a = torch.randn(4, 4, device="flagos")
+        made = torch.empty(4, 4, device="flagos")
+        for result in (a + a, torch.mm(a, a), a.sum(dim=0), a.to(torch.float64)):
+            assert torch._C._dispatch_keys(result) == torch._C._dispatch_keys(made)
+            assert result.device.type == "flagos"
+    with torch.autocast("flagos", dtype=torch.bfloat16):
+        assert torch.mm(a, a).dtype == torch.bfloat16
+        assert torch.mm(torch.mm(a, a).float(), a).dtype == torch.bfloat16

@@ -69,6 +69,11 @@ void set_backing(c10::DeviceType type, c10::DeviceIndex host_devices) {
   g_backing.type = type;
   g_backing.key = type == c10::DeviceType::CPU ? c10::DispatchKey::CPU : c10::DispatchKey::CUDA;
   g_backing.keys = c10::DispatchKeySet(g_backing.key);
+  g_backing.backend = g_backing.keys.highestBackendKey();
+  g_backing.backend_keys = c10::getAutocastRelatedKeySetFromBackend(g_backing.backend);
+  const auto flagos_backend = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1).highestBackendKey();
+  g_backing.flagos_backend_keys =
+      c10::getAutocastRelatedKeySetFromBackend(flagos_backend) | c10::DispatchKeySet(flagos_backend);
   g_backing.host_devices = host_devices;
   g_backing.initialized = true;
 }
@@ -326,7 +331,12 @@ at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
   // The device follows the storage's (what set_storage_keep_dtype would set, without handing the
   // storage over), and the backend and autocast keys follow the device.
   ImplFields::set_device(*impl, dev);
-  impl->_change_backend_component_keys(dev);
+  c10::DispatchKeySet& keys = ImplFields::keys(*impl);
+  if (C10_LIKELY(keys.highestBackendKey() == backing().backend)) {
+    keys = (keys - backing().backend_keys).remove_backend(backing().backend) | backing().flagos_backend_keys;
+  } else {
+    impl->_change_backend_component_keys(dev);
+  }
   return std::move(t);
 }
 

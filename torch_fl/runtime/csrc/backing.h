@@ -31,7 +31,13 @@ struct Backing {
   c10::DeviceType type = c10::DeviceType::CPU;
   c10::DispatchKey key = c10::DispatchKey::CPU;
   c10::DispatchKeySet keys{c10::DispatchKey::CPU};  // {key}, built once: the routes redispatch to it per call
-  c10::DeviceIndex host_devices = 2;                // virtual device count when the backing is the host
+  // A backing tensor's keys that name its backend (its backend bit and autocast keys), and the
+  // flagos keys that replace them when it is adopted: what _change_backend_component_keys computes
+  // from the two devices on every call.
+  c10::BackendComponent backend = c10::BackendComponent::CPUBit;
+  c10::DispatchKeySet backend_keys;
+  c10::DispatchKeySet flagos_backend_keys;
+  c10::DeviceIndex host_devices = 2;  // virtual device count when the backing is the host
   bool initialized = false;
 };
 
@@ -54,6 +60,7 @@ struct ImplFields : c10::TensorImpl {
   static int64_t offset(const c10::TensorImpl& t) { return t.*&ImplFields::storage_offset_; }
   static void set_device(c10::TensorImpl& t, c10::Device d) { t.*& ImplFields::device_opt_ = d; }
   static void set_dtype(c10::TensorImpl& t, caffe2::TypeMeta dtype) { t.*& ImplFields::data_type_ = dtype; }
+  static c10::DispatchKeySet& keys(c10::TensorImpl& t) { return t.*&ImplFields::key_set_; }
 };
 
 c10::DeviceIndex device_count();
