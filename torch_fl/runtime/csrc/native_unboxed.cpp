@@ -14,6 +14,7 @@
 
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace torch_fl {
@@ -72,26 +73,51 @@ struct Pass<at::Tensor&> : TensorPass<at::Tensor&> {
   using TensorPass::TensorPass;
 };
 
+// A tensor handle that holds no reference: the swap (or the caller) that owns the tensor outlives
+// it. Optional and list arguments are passed as values, and a copy of each alias would cost two
+// atomic reference-count updates per tensor (sixteen per call of a foreach over two 8-tensor lists).
+using Borrowed = c10::MaybeOwnedTraits<at::Tensor>;
+
+// The dense flagos argument `t` as a borrowed handle on its alias; `t` itself where it is not flagos.
+inline at::Tensor borrowed_alias(const at::Tensor& t, NativeArguments& args, bool written) {
+  return Borrowed::createBorrow(is_flagos(t) ? args.swaps[args.dense(t, written)].alias : t);
+}
+
 template <>
 struct Pass<const std::optional<at::Tensor>&> {
-  const std::optional<at::Tensor>& original;
-  std::optional<at::Tensor> alias;  // set when the argument is a flagos tensor
-  Pass(const std::optional<at::Tensor>& t, NativeArguments& args, Arg) : original(t) {
-    if (t.has_value() && is_flagos(*t)) alias = args.tensor(*t, false);
+  std::optional<at::Tensor> value;  // borrowed (call() sent calls with a sparse argument elsewhere)
+  Pass(const std::optional<at::Tensor>& t, NativeArguments& args, Arg) {
+    if (t.has_value()) value = borrowed_alias(*t, args, false);
   }
-  const std::optional<at::Tensor>& get() { return alias.has_value() ? alias : original; }
+  Pass(Pass&& other) noexcept : value(std::exchange(other.value, std::nullopt)) {}  // the tuple of passes moves it
+  Pass& operator=(Pass&&) = delete;
+  ~Pass() {
+    if (value.has_value()) Borrowed::destroyBorrow(*value);
+  }
+  const std::optional<at::Tensor>& get() { return value; }
   static bool sparse(const std::optional<at::Tensor>& t) { return t.has_value() && is_sparse_layout(*t); }
 };
 
-// The flagos tensors of a list as aliases (a Tensor(a!)[] list is written back after the call).
-template <class List>
-std::vector<at::Tensor> list_aliases(const List& list, NativeArguments& args, Arg kind) {
-  std::vector<at::Tensor> out;
-  out.reserve(list.size());
-  args.swaps.reserve(args.swaps.size() + list.size());  // a foreach list would regrow it twice
-  for (const at::Tensor& t : list) out.push_back(is_flagos(t) ? args.tensor(t, kind == Arg::kWriteList) : t);
-  return out;
-}
+// The tensors of a list, flagos ones as their aliases, all borrowed (a Tensor(a!)[] list is written
+// back after the call).
+class BorrowedList {
+ public:
+  template <class List>
+  BorrowedList(const List& list, NativeArguments& args, Arg kind) {
+    values_.reserve(list.size());
+    args.swaps.reserve(args.swaps.size() + list.size());  // a foreach list would regrow it twice
+    for (const at::Tensor& t : list) values_.push_back(borrowed_alias(t, args, kind == Arg::kWriteList));
+  }
+  BorrowedList(BorrowedList&&) noexcept = default;  // leaves the other empty
+  BorrowedList& operator=(BorrowedList&&) = delete;
+  ~BorrowedList() {
+    for (at::Tensor& t : values_) Borrowed::destroyBorrow(t);
+  }
+  at::TensorList get() const { return values_; }
+
+ private:
+  std::vector<at::Tensor> values_;
+};
 
 template <class List>
 bool any_sparse(const List& list) {
@@ -103,18 +129,17 @@ bool any_sparse(const List& list) {
 
 template <>
 struct Pass<at::TensorList> {
-  std::vector<at::Tensor> values;
-  Pass(at::TensorList list, NativeArguments& args, Arg kind) : values(list_aliases(list, args, kind)) {}
-  at::TensorList get() { return values; }
+  BorrowedList values;
+  Pass(at::TensorList list, NativeArguments& args, Arg kind) : values(list, args, kind) {}
+  at::TensorList get() { return values.get(); }
   static bool sparse(at::TensorList list) { return any_sparse(list); }
 };
 
 template <>
 struct Pass<const at::ITensorListRef&> {
-  std::vector<at::Tensor> values;
+  BorrowedList values;
   at::ITensorListRef ref;
-  Pass(const at::ITensorListRef& list, NativeArguments& args, Arg kind)
-      : values(list_aliases(list, args, kind)), ref(at::TensorList(values)) {}
+  Pass(const at::ITensorListRef& list, NativeArguments& args, Arg kind) : values(list, args, kind), ref(values.get()) {}
   const at::ITensorListRef& get() { return ref; }
   static bool sparse(const at::ITensorListRef& list) { return any_sparse(list); }
 };
