@@ -115,7 +115,9 @@ struct NativeArguments {
   NativeArguments(const NativeArguments&) = delete;
   NativeArguments& operator=(const NativeArguments&) = delete;
   ~NativeArguments() {
-    for (auto& s : swaps) borrower.give_back(std::move(s.alias), s.bucket);
+    // Last borrowed, first handed back: the pool hands out its newest alias of a geometry first, so
+    // a call that passes the same tensors again gets each the alias that already points at its bytes.
+    for (auto s = swaps.rbegin(); s != swaps.rend(); ++s) borrower.give_back(std::move(s->alias), s->bucket);
   }
 
   // The backing alias of a flagos argument (dense or sparse), kept for the results and the write-back.
