@@ -34,9 +34,9 @@ struct HostGuard final : c10::impl::DeviceGuardImplInterface {
   c10::Device exchangeDevice(c10::Device d) const override {
     const auto old = tl_host_device;
     setDevice(d);
-    return {kFlagos, old};
+    return packed_device(kFlagos, old);
   }
-  c10::Device getDevice() const override { return {kFlagos, tl_host_device}; }
+  c10::Device getDevice() const override { return packed_device(kFlagos, tl_host_device); }
   void setDevice(c10::Device d) const override {
     check_host_index(norm(d));
     tl_host_device = norm(d);
@@ -92,7 +92,7 @@ c10::Stream on_flagos(const c10::Stream& s) {
 struct ForwardingGuard final : c10::impl::DeviceGuardImplInterface {
   const c10::impl::DeviceGuardImplInterface* b;
   explicit ForwardingGuard(const c10::impl::DeviceGuardImplInterface* inner) : b(inner) {}
-  c10::Device fl(c10::Device d) const { return {kFlagos, d.index()}; }
+  c10::Device fl(c10::Device d) const { return packed_device(kFlagos, d.index()); }
   c10::DeviceType type() const override { return kFlagos; }
   c10::Device exchangeDevice(c10::Device d) const override { return fl(b->exchangeDevice(to_backing(d))); }
   c10::Device getDevice() const override { return fl(b->getDevice()); }

@@ -80,7 +80,7 @@ struct FlagosAllocator final : c10::DeviceAllocator {
     }
     // Allocates on the backing's current device, which the flagos guard keeps in step.
     c10::DataPtr dp = c10::GetAllocator(backing().type)->allocate(n);
-    dp.unsafe_set_device(c10::Device(kFlagos, dp.device().index()));
+    dp.unsafe_set_device(packed_device(kFlagos, dp.device().index()));
     return dp;
   }
   c10::DeleterFnPtr raw_deleter() const override {
@@ -165,7 +165,7 @@ c10::DataPtr track_host(c10::DataPtr&& inner, size_t nbytes, c10::DeviceIndex in
   void* data = inner.get();
   count_alloc(index, nbytes);
   auto* ctx = new TrackedCtx{std::move(inner), nbytes, index};
-  return {data, ctx, &delete_tracked, c10::Device(kFlagos, index)};
+  return {data, ctx, &delete_tracked, packed_device(kFlagos, index)};
 }
 
 c10::CachingDeviceAllocator::DeviceStats device_stats(c10::DeviceIndex idx) {
