@@ -353,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: " + ", ".join(CASES))
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per side (interleaved)")
     parser.add_argument("--mlp-runs", type=int, default=200, help="MLP calls per round")
-    parser.add_argument("--decode-runs", type=int, default=2, help="generate calls per round")
+    # Six: with two, a round's time was one or two slow generates and the 9-round interval of the
+    # ratio spanned +-0.25 on the board; six gave +-0.04.
+    parser.add_argument("--decode-runs", type=int, default=6, help="generate calls per round")
     parser.add_argument("--width", type=int, default=Dims.width, help="MLP width")
     parser.add_argument("--batch", type=int, default=Dims.batch, help="MLP batch")
     parser.add_argument("--hidden", type=int, default=Dims.hidden, help="Llama hidden size")
