@@ -82,8 +82,9 @@ at::Tensor& copy(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   at::Tensor target = to_flagos ? borrower.borrow(self, target_bucket, true) : self;
   at::Tensor source = from_flagos ? borrower.borrow(src, source_bucket, false) : src;
   at::_ops::copy_::redispatch(backing().keys, target, source, non_blocking);
-  if (to_flagos) borrower.give_back(std::move(target), target_bucket);
+  // Last borrowed, first handed back, as the native route does: a repeated copy gets each alias back.
   if (from_flagos) borrower.give_back(std::move(source), source_bucket);
+  if (to_flagos) borrower.give_back(std::move(target), target_bucket);
   return self;
 }
 
