@@ -8,14 +8,14 @@ host size, 8 prompt and 8 new tokens), run on the plain CPU and on flagos (host_
 its own process under callgrind with collection switched on only around each op's loop (after a
 warm-up, with Python's collector off). A count of executed instructions does not depend on what
 else the machine runs, so a change to the route shows even where timings on a shared host cannot
-tell it (a model's rounds there vary by several percent). It is a
-count, not a time: cache misses and atomic operations cost more than their share, and a board's
-route runs with colder caches than this loop.
+tell it (a model's rounds there vary by several percent). It is a count, not a time: cache misses,
+stalls and atomic operations cost more than their share, and a board's route runs with colder
+caches than this loop.
 Per op: the instructions per call on each side, their difference and the part of it in flagos's
 compiled core (which repeats exactly between runs of one build; the C library's share moves with
 the heap's state), the native-route calls one call of the op makes on flagos and the difference
-per routed call; then the difference per shared
-object and, with --top N, the N functions that add the most.
+per routed call; then the difference per shared object and, with --top N, the N functions that add
+the most.
 Needs valgrind (callgrind_control and callgrind_annotate come with it).
 """
 
@@ -34,9 +34,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import torch_fl
 from torch_fl.runtime.build import MODULE_NAME
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the helpers beside this script, however it is started
+from dispatch_overhead import OPS, moved, operands  # noqa: E402
+
 SIDES = ("plain", "flagos")
 DEFAULT_OPS = "add,add 2+4d,mm,cast,foreach,decode:llama"
 CALLS, WARMUP = 1000, 100
@@ -52,11 +56,6 @@ ANNOTATED = re.compile(r"\s*([\d,]+) \([ \d.]+%\)\s+[^:]*:(.*?)(?: \[(.*)\])?$")
 def side(name: str, ops: list[str], size: int, calls: int, workdir: Path) -> None:
     """Runs inside callgrind: each op's loop between a zeroing and a dump, in the order of `ops`.
     The flagos side also writes the native-route calls of one call of each op."""
-    sys.path.insert(0, str(HERE))
-    from dispatch_overhead import OPS, moved, operands
-
-    import torch_fl
-
     device = "cpu" if name == "plain" else "flagos"
     tensors = moved(operands(size), device)
     pid = str(os.getpid())
@@ -229,9 +228,6 @@ def main() -> None:
     if args.side:
         side(args.side, ops, args.size, args.calls, args.workdir)
         return
-    sys.path.insert(0, str(HERE))
-    from dispatch_overhead import OPS
-
     from torch_fl.workloads import zoo
 
     decoders = [name for name, arch in zoo.ARCHS.items() if arch.generates]
