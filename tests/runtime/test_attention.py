@@ -117,3 +117,21 @@ def test_cuda_backing_attention_stays_on_the_device(dtype):
     assert not on_cpu, f"attention ran on the explicit CPU route: {on_cpu}"
     reference = F.scaled_dot_product_attention(*(t.detach().cpu().float() for t in (q, k, v)), is_causal=True)
     torch.testing.assert_close(out.detach().cpu().float(), reference, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.cuda
+@pytest.mark.backing_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_choice_is_the_backings_for_the_same_tensors(dtype):
+    # An eager choice reads pooled aliases of the flagos tensors; one that wants a gradient reads
+    # fresh ones carrying requires_grad. Both must answer what CUDA answers for the same tensors.
+    cuda = _qkv(dtype)
+    cuda = tuple(t.cuda() for t in cuda)
+    flagos = tuple(t.to("flagos") for t in cuda)
+    mask = torch.ones(32, 32, dtype=torch.bool).tril()
+    for _ in range(2):  # the second round reuses the aliases the first handed back
+        assert torch._fused_sdp_choice(*flagos) == torch._fused_sdp_choice(*cuda)
+        assert torch._fused_sdp_choice(*flagos, is_causal=True) == torch._fused_sdp_choice(*cuda, is_causal=True)
+        assert torch._fused_sdp_choice(*flagos, mask.to("flagos")) == torch._fused_sdp_choice(*cuda, mask.cuda())
+    grads = tuple(t.detach().requires_grad_() for t in flagos)
+    assert torch._fused_sdp_choice(*grads) == torch._fused_sdp_choice(*(t.detach().requires_grad_() for t in cuda))

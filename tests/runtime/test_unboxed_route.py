@@ -33,6 +33,15 @@ def test_hot_ops_are_served_unboxed(op: str) -> None:
     assert _kernel(op) == UNBOXED
 
 
+# the fused kernels scaled_dot_product_attention picks on a CUDA backing (the host has none of them)
+@pytest.mark.cuda
+@pytest.mark.backing_cuda
+@pytest.mark.parametrize("kind", ["cudnn", "flash", "efficient"])
+def test_cuda_fused_attention_is_served_unboxed(kind: str) -> None:
+    assert _kernel(f"aten::_scaled_dot_product_{kind}_attention") == UNBOXED
+    assert _kernel(f"aten::_scaled_dot_product_{kind}_attention_backward") == UNBOXED
+
+
 def test_results_counts_and_identity_match_the_boxed_route(same: Callable[..., None]) -> None:
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(8, 16, generator=g), torch.randn(16, 4, generator=g)

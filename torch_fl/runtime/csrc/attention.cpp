@@ -11,7 +11,10 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
+#include <ATen/Operators.h>
+
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 namespace torch_fl {
@@ -33,14 +36,47 @@ at::Tensor backing_for_choice(const at::Tensor& t) {
   return t.requires_grad() ? b.requires_grad_(true) : b;
 }
 
+// A flagos tensor whose bytes the choice may read through a pooled alias: eager, and not wanting a
+// gradient (a pooled alias never carries requires_grad).
+bool pooled_for_choice(const at::Tensor& t) {
+  return t.has_storage() && t.storage().device_type() == kFlagos && !t.key_set().has_any(kTracing) &&
+         !t.requires_grad();
+}
+
+// The backing's own choice, straight from its kernel, on aliases from the route's pool: what an
+// eager attention call asks every time (a decode step, once per layer).
+int64_t pooled_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor* mask,
+                      double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
+  Borrower borrower;
+  std::array<uint8_t, 4> buckets{};
+  std::array<at::Tensor, 4> aliases{borrower.borrow(q, buckets[0], false), borrower.borrow(k, buckets[1], false),
+                                    borrower.borrow(v, buckets[2], false)};
+  std::optional<at::Tensor> m;
+  if (mask != nullptr)
+    m = c10::MaybeOwnedTraits<at::Tensor>::createBorrow(aliases[3] = borrower.borrow(*mask, buckets[3], false));
+  const int64_t choice = at::_ops::_fused_sdp_choice::redispatch(backing().keys, aliases[0], aliases[1], aliases[2], m,
+                                                                 dropout_p, is_causal, scale, enable_gqa);
+  if (m.has_value()) c10::MaybeOwnedTraits<at::Tensor>::destroyBorrow(*m);
+  for (size_t i = aliases.size(); i-- > 0;) {
+    if (aliases[i].defined()) borrower.give_back(std::move(aliases[i]), buckets[i]);
+  }
+  return choice;
+}
+
 int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
-  c10::impl::ExcludeDispatchKeyGuard outside_tracing(kTracing);
-  std::optional<at::Tensor> m;
-  if (mask.has_value() && mask->defined()) m = backing_for_choice(*mask);
-  const int64_t choice = at::_fused_sdp_choice(backing_for_choice(q), backing_for_choice(k), backing_for_choice(v), m,
-                                               dropout_p, is_causal, scale, enable_gqa);
+  const bool has_mask = mask.has_value() && mask->defined();
+  int64_t choice = 0;
+  if (pooled_for_choice(q) && pooled_for_choice(k) && pooled_for_choice(v) && (!has_mask || pooled_for_choice(*mask))) {
+    choice = pooled_choice(q, k, v, has_mask ? &*mask : nullptr, dropout_p, is_causal, scale, enable_gqa);
+  } else {
+    c10::impl::ExcludeDispatchKeyGuard outside_tracing(kTracing);
+    std::optional<at::Tensor> m;
+    if (has_mask) m = backing_for_choice(*mask);
+    choice = at::_fused_sdp_choice(backing_for_choice(q), backing_for_choice(k), backing_for_choice(v), m, dropout_p,
+                                   is_causal, scale, enable_gqa);
+  }
   if (host_backed() && choice == static_cast<int64_t>(at::SDPBackend::flash_attention) &&
       at::globalContext().userEnabledOverrideableSDP()) {
     return static_cast<int64_t>(at::SDPBackend::overrideable);

@@ -309,6 +309,10 @@ void register_unboxed_native_kernels() {
       ops::native_layer_norm_backward,
       // gathering and joining
       ops::cat, ops::index_select, ops::gather, ops::embedding_dense_backward, ops::index_copy_,
+      // the fused attention kernels a CUDA backing picks for scaled_dot_product_attention
+      ops::_scaled_dot_product_cudnn_attention, ops::_scaled_dot_product_cudnn_attention_backward,
+      ops::_scaled_dot_product_flash_attention, ops::_scaled_dot_product_flash_attention_backward,
+      ops::_scaled_dot_product_efficient_attention, ops::_scaled_dot_product_efficient_attention_backward,
       // a decode step's bookkeeping (positions, stopping criteria, sampling masks)
       ops::arange_start_out, ops::isin_Tensor_Tensor, ops::bitwise_or_Tensor, ops::bitwise_and_Tensor, ops::bitwise_not,
       ops::any, ops::any_dim, ops::all, ops::max, ops::lt_Scalar, ops::gt_Scalar, ops::le_Tensor, ops::cumsum,
