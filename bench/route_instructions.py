@@ -16,6 +16,10 @@ compiled core (which repeats exactly between runs of one build; the C library's 
 the heap's state), the native-route calls one call of the op makes on flagos and the difference
 per routed call; then the difference per shared object and, with --top N, the N functions that add
 the most.
+With --cache-sim, callgrind also simulates the caches (a 32 KiB L1 instruction and a 48 KiB L1
+data cache, and 2 MiB of last level, a core's share of a server's) and each side's misses per call
+are printed too: in a model the route's code and data are evicted between its calls, and the L1
+instruction misses it adds are what a count of instructions does not show.
 Needs valgrind (callgrind_control and callgrind_annotate come with it).
 """
 
@@ -49,6 +53,11 @@ CALLS, WARMUP = 1000, 100
 CORE_OBJECT = f"{MODULE_NAME}.so"
 DECODE = "decode:"  # an op named decode:ARCH is one `generate` of that zoo architecture
 MODEL_CALL_COST = 250  # a generate counts as this many calls of --calls (1000: 4 generates)
+# the simulated caches of --cache-sim: size, associativity, line size
+CACHES = ["--I1=32768,8,64", "--D1=49152,12,64", "--LL=2097152,16,64"]
+# the events of a callgrind dump's totals line with --cache-sim, and the ones reported
+CACHE_EVENTS = ("Ir", "Dr", "Dw", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
+MISSES = {"I1 misses": ("I1mr",), "D1 misses": ("D1mr", "D1mw"), "LL misses": ("ILmr", "DLmr", "DLmw")}
 # one line of callgrind_annotate: "1,234 ( 5.67%)  file:function [object]"
 ANNOTATED = re.compile(r"\s*([\d,]+) \([ \d.]+%\)\s+[^:]*:(.*?)(?: \[(.*)\])?$")
 
@@ -111,7 +120,7 @@ def decoder(arch: str, device: str) -> Callable[[], object]:
 def annotate(dump: Path) -> tuple[collections.Counter, collections.Counter]:
     """Instructions per (object, function) and per object in one callgrind dump."""
     out = subprocess.run(
-        ["callgrind_annotate", "--threshold=100", str(dump)], capture_output=True, text=True, check=True
+        ["callgrind_annotate", "--threshold=100", "--show=Ir", str(dump)], capture_output=True, text=True, check=True
     ).stdout
     functions: collections.Counter = collections.Counter()
     objects: collections.Counter = collections.Counter()
@@ -126,19 +135,31 @@ def annotate(dump: Path) -> tuple[collections.Counter, collections.Counter]:
     return functions, objects
 
 
+def cache_misses(dump: Path) -> dict[str, int]:
+    """The simulated cache misses of one dump (written with --cache-sim), summed per MISSES kind."""
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith("totals:"):
+            totals = dict(zip(CACHE_EVENTS, (int(v) for v in line.split()[1:]), strict=False))
+            return {kind: sum(totals.get(e, 0) for e in events) for kind, events in MISSES.items()}
+    raise SystemExit(f"route_instructions: no totals line in {dump}")
+
+
 def dumps_in_order(prefix: Path) -> list[Path]:
     """The dump files callgrind wrote for `prefix` (`prefix.1`, `prefix.2`, ...), in order."""
     return sorted(prefix.parent.glob(prefix.name + ".*"), key=lambda p: int(p.suffix[1:]))
 
 
-def measure(ops: list[str], size: int, calls: int, workdir: Path) -> tuple[dict[str, dict[str, Path]], dict[str, int]]:
-    """Both sides under callgrind at once: their dump files by side and op, and the native-route
-    calls of one call of each op on flagos."""
+def measure(
+    ops: list[str], size: int, calls: int, workdir: Path, cache_sim: bool = False
+) -> tuple[dict[str, dict[str, Path]], dict[str, int]]:
+    """Both sides under callgrind at once (simulating the caches where `cache_sim`): their dump
+    files by side and op, and the native-route calls of one call of each op on flagos."""
     procs = {}
+    caches = ["--cache-sim=yes", *CACHES] if cache_sim else []
     for name in SIDES:
         prefix = workdir / f"{name}.out"
         cmd = [
-            "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={prefix}",
+            "valgrind", "--tool=callgrind", *caches, "--instr-atstart=no", f"--callgrind-out-file={prefix}",
             sys.executable, __file__, "--side", name, "--ops", ",".join(ops), "--size", str(size),
             "--calls", str(calls), "--workdir", str(workdir),
         ]  # fmt: skip
@@ -161,7 +182,9 @@ def measure(ops: list[str], size: int, calls: int, workdir: Path) -> tuple[dict[
     return dumps, json.loads((workdir / "routed.json").read_text())
 
 
-def compare(dumps: dict[str, dict[str, Path]], routed: dict[str, int], calls: int, top: int) -> dict:
+def compare(
+    dumps: dict[str, dict[str, Path]], routed: dict[str, int], calls: int, top: int, cache_sim: bool = False
+) -> dict:
     result = {}
     for op, by_side in dumps["flagos"].items():
         n = counted_calls(op, calls)
@@ -183,6 +206,11 @@ def compare(dumps: dict[str, dict[str, Path]], routed: dict[str, int], calls: in
                 for (o, f), d in sorted(functions.items(), key=lambda x: -x[1])[:top]
             ],
         }
+        if cache_sim:
+            plain_misses, flagos_misses = cache_misses(dumps["plain"][op]), cache_misses(by_side)
+            result[op]["misses"] = {
+                kind: {"plain": plain_misses[kind] / n, "flagos": flagos_misses[kind] / n} for kind in MISSES
+            }
     return result
 
 
@@ -200,6 +228,16 @@ def report(result: dict) -> str:
             f"{op:16s}{r['calls']:>6d}{r['plain']:>12.0f}{r['flagos']:>12.0f}{r['delta']:>+10.0f}{r['core']:>+10.0f}"
             f"{r['routed']:>8d}{per:>12s}"
         )
+    if any("misses" in r for r in result.values()):
+        lines.append(
+            "\nsimulated cache misses per call (--cache-sim): plain, flagos, the difference and per routed call"
+        )
+        for op, r in result.items():
+            for kind, m in r["misses"].items():
+                per = f"{(m['flagos'] - m['plain']) / r['routed']:+.1f}" if r["routed"] else "-"
+                lines.append(
+                    f"{op:16s}{kind:>11s}{m['plain']:>12.0f}{m['flagos']:>12.0f}{m['flagos'] - m['plain']:>+10.0f}{per:>10s}"
+                )
     for op, r in result.items():
         objects = ", ".join(f"{o} {d:+.0f}" for o, d in r["delta_by_object"].items())
         lines.append(f"\n{op}: delta by object: {objects}")
@@ -220,6 +258,7 @@ def main() -> None:
         "--calls", type=int, default=CALLS, help=f"calls counted per op (a generate counts as {MODEL_CALL_COST})"
     )
     parser.add_argument("--top", type=int, default=0, help="also list the N functions that add the most per op")
+    parser.add_argument("--cache-sim", action="store_true", help="also simulate the caches and report misses per call")
     parser.add_argument("--json", help="also write the numbers to this file")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # one side, run under callgrind
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)  # where that side leaves its routed calls
@@ -241,8 +280,8 @@ def main() -> None:
     if missing:
         raise SystemExit(f"route_instructions: needs valgrind; not found on PATH: {', '.join(missing)}")
     with tempfile.TemporaryDirectory(prefix="route_instructions_") as tmp:
-        dumps, routed = measure(ops, args.size, args.calls, Path(tmp))
-        result = compare(dumps, routed, args.calls, args.top)
+        dumps, routed = measure(ops, args.size, args.calls, Path(tmp), args.cache_sim)
+        result = compare(dumps, routed, args.calls, args.top, args.cache_sim)
     print(report(result))
     if args.json:
         Path(args.json).write_text(json.dumps({"calls": args.calls, "size": args.size, "ops": result}, indent=1) + "\n")
