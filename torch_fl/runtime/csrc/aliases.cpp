@@ -269,9 +269,9 @@ C10_NOINLINE AliasPool& first_alias_pool() {
 
 }  // namespace
 
-Borrower::Borrower() : pool_(C10_LIKELY(t_alias_pool != nullptr) ? *t_alias_pool : first_alias_pool()) {}
+TORCH_FL_HOT Borrower::Borrower() : pool_(C10_LIKELY(t_alias_pool != nullptr) ? *t_alias_pool : first_alias_pool()) {}
 
-at::Tensor Borrower::borrow(const at::Tensor& t, uint8_t& bucket, bool written) {
+TORCH_FL_HOT at::Tensor Borrower::borrow(const at::Tensor& t, uint8_t& bucket, bool written) {
   const c10::Device device = to_backing(t.device());
   bool same_shape = false;
   at::Tensor alias = pool_.take(*t.unsafeGetTensorImpl(), device, written, same_shape, bucket);
@@ -283,7 +283,7 @@ at::Tensor Borrower::borrow(const at::Tensor& t, uint8_t& bucket, bool written) 
   return borrowing_alias(t, device, true);
 }
 
-void Borrower::give_back(at::Tensor&& alias, uint8_t bucket) {
+TORCH_FL_HOT void Borrower::give_back(at::Tensor&& alias, uint8_t bucket) {
   c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
   const c10::Storage& storage = impl->unsafe_storage();  // a plain strided alias of ours
   // Reused only when the kernel kept no reference to it or its storage and left its metadata
@@ -304,7 +304,7 @@ std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Ten
   return borrow_as_backing(*t);
 }
 
-at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
+TORCH_FL_HOT at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
   if (!t.defined() || t.device().type() != backing().type) return std::move(t);
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   const c10::Storage& storage = impl->storage();

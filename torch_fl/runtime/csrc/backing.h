@@ -23,6 +23,10 @@
 #include <unordered_map>
 #include <vector>
 
+// The functions every routed call runs: grouped in the library's hot text section, so that a call
+// touches fewer instruction-cache lines and pages (in a model they are evicted between calls).
+#define TORCH_FL_HOT __attribute__((hot))
+
 namespace torch_fl {
 
 constexpr auto kFlagos = c10::DeviceType::PrivateUse1;

@@ -99,7 +99,7 @@ void refuse_two_devices(c10::DeviceIndex seen, c10::DeviceIndex other) {
 // Invariant: the flagos argument ends up as the backing kernel left its alias, storage,
 // geometry and the lazy conjugate/negative bits alike (linalg_lu_solve with left=False marks its
 // out= as a conjugate view instead of conjugating the bytes).
-void write_back(Swap& s) {
+TORCH_FL_HOT void write_back(Swap& s) {
   c10::StorageImpl* alias_si = s.alias_storage;
   const at::Tensor& original = s.original();
   c10::TensorImpl* orig = original.unsafeGetTensorImpl();
@@ -130,7 +130,7 @@ std::vector<at::Tensor> flagos_members(const at::Tensor& t, c10::SmallVectorImpl
   return members;
 }
 
-at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index) {
+TORCH_FL_HOT at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index) {
   if (!t.defined() || t.device().type() != backing().type) return std::move(t);
   if (is_sparse_layout(t)) {
     return with_sparse_members(t, flagos_members(t, swaps, index), c10::Device(kFlagos, index));
@@ -157,7 +157,7 @@ at::Tensor NativeArguments::sparse_tensor(const at::Tensor& t, bool written) {
   return alias;
 }
 
-size_t NativeArguments::dense(const at::Tensor& t, bool written) {
+TORCH_FL_HOT size_t NativeArguments::dense(const at::Tensor& t, bool written) {
   note_device(index, t);
   uint8_t bucket = 0;
   at::Tensor alias = borrower.borrow(t, bucket, written);

@@ -114,7 +114,7 @@ struct NativeArguments {
   NativeArguments() = default;
   NativeArguments(const NativeArguments&) = delete;
   NativeArguments& operator=(const NativeArguments&) = delete;
-  ~NativeArguments() {
+  TORCH_FL_HOT ~NativeArguments() {
     // Last borrowed, first handed back: the pool hands out its newest alias of a geometry first, so
     // a call that passes the same tensors again gets each the alias that already points at its bytes.
     for (auto s = swaps.rbegin(); s != swaps.rend(); ++s) borrower.give_back(std::move(s->alias), s->bucket);
@@ -154,7 +154,7 @@ struct NativeArguments {
 // after it has closed, so their device time stays with the aten op (as on the backing itself)
 // rather than with a route event wrapped around the launch.
 // Without a profiler or other observer nothing is built: this runs on every routed call.
-inline void mark_native_route() {
+TORCH_FL_HOT inline void mark_native_route() {
   auto step = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
   if (C10_UNLIKELY(step.has_value())) {
     at::RecordFunction event(std::move(*step));

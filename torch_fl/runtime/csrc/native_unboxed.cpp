@@ -47,7 +47,7 @@ struct TensorPass {
   Ref original;
   NativeArguments* args = nullptr;  // set where the argument is a flagos tensor: its alias is in swap `swap`
   size_t swap = 0;
-  TensorPass(Ref t, NativeArguments& a, Arg kind) : original(t) {
+  TORCH_FL_HOT TensorPass(Ref t, NativeArguments& a, Arg kind) : original(t) {
     if (is_flagos(t)) {
       args = &a;
       swap = a.dense(t, kind == Arg::kWrite);  // call() sent calls with a sparse argument elsewhere
@@ -212,7 +212,7 @@ struct Unboxed<Op, R(A...)> {
     return facts;
   }
 
-  static R call(A... a) {
+  TORCH_FL_HOT static R call(A... a) {
     OpInfo& facts = info();
     if (facts.backing_has_kernel && !facts.force_cpu.load(std::memory_order_relaxed) && !(Pass<A>::sparse(a) || ...)) {
       tally(facts.native_calls);
@@ -232,7 +232,7 @@ struct Unboxed<Op, R(A...)> {
 
   // The backing's kernel on aliases of the flagos arguments; its results as flagos tensors. The
   // arguments are taken as lvalues: the boxed route may still need them intact.
-  static R native(A&... a) {
+  TORCH_FL_HOT static R native(A&... a) {
     NativeArguments args;  // declared first: its aliases return to the pool after the passes let go
     args.arguments_outlive_call = true;
     size_t i = 0;
