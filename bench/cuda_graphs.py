@@ -18,6 +18,11 @@ Cases, both under `torch.compile(mode="reduce-overhead")` (inductor's CUDA graph
             disable_compile=True)` on both sides (transformers would otherwise compile the forward
             itself on "cuda" only): tokens/s, the prompt's prefill included
 
+Each side also times its compiled graph's calls: the whole call as inductor makes it
+(`compile_fx.cudagraphify`'s callable, which on flagos is the boundary that hands the graph CUDA
+aliases and takes flagos tensors back) and the part inside the tree manager (the callable
+`cudagraph_trees.cudagraphify_impl` returns). Their difference is what the boundary costs per call.
+
 Each side reports how many CUDA graphs inductor recorded and how many it skipped (the inductor
 counter `cudagraph_skips`); a case passes only with graphs recorded and none skipped on both
 sides, none more on flagos than on plain during the timed rounds (a warmed-up case replays), MLP
@@ -94,6 +99,44 @@ def llama(dims: Dims) -> torch.nn.Module:
     return LlamaForCausalLM(config)
 
 
+class GraphCallTimer:
+    """Times each call of the compiled graphs: the whole call inductor makes (`outer`) and the
+    tree manager's part of it (`inner`)."""
+
+    def __init__(self) -> None:
+        self.ns = {"outer": 0, "inner": 0}
+        self.calls = {"outer": 0, "inner": 0}
+
+    def install(self) -> GraphCallTimer:
+        """Wraps inductor's graph wrappers: before anything compiles, after flagos has registered
+        (its boundary replaces `compile_fx.cudagraphify` when inductor loads)."""
+        import torch._inductor.compile_fx as compile_fx
+        import torch._inductor.cudagraph_trees as trees
+
+        outer, inner = compile_fx.cudagraphify, trees.cudagraphify_impl
+        compile_fx.cudagraphify = lambda *a, **k: self.timed(outer(*a, **k), "outer")
+        trees.cudagraphify_impl = lambda *a, **k: self.timed(inner(*a, **k), "inner")
+        return self
+
+    def timed(self, fn: Callable[..., Any], part: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter_ns()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.ns[part] += time.perf_counter_ns() - started
+                self.calls[part] += 1
+
+        return call
+
+    def take(self) -> dict[str, float | None]:
+        """us per call of each part since the last take (None: no call)."""
+        per_call = {p: self.ns[p] / self.calls[p] / 1e3 if self.calls[p] else None for p in self.ns}
+        self.ns = dict.fromkeys(self.ns, 0)
+        self.calls = dict.fromkeys(self.calls, 0)
+        return per_call
+
+
 def graph_counts() -> dict[str, int]:
     """CUDA graphs inductor's tree manager recorded on device 0, and the cudagraph skips counted."""
     from torch._dynamo.utils import counters
@@ -128,6 +171,7 @@ class GraphSide:
             self.device = "cuda"
             self.sync = torch.cuda.synchronize
         self.compiled = compiled
+        self.timer = GraphCallTimer().install() if compiled else None
         self.run: Callable[[], torch.Tensor] | None = None
 
     def compile(self, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -182,6 +226,8 @@ class GraphSide:
         for _ in range(warmup):
             out = run()
         self.sync()
+        if self.timer is not None:
+            self.timer.take()  # the rounds time replays, not the compilation and recording
         self.run = run
         check = out.float().flatten()[:64].tolist() if case == "mlp" else out.flatten().tolist()
         return {"warmup_s": round(time.perf_counter() - started, 2), "work": work, "check": check, **graph_counts()}
@@ -193,7 +239,13 @@ class GraphSide:
             for _ in range(runs):
                 self.run()
             self.sync()
-        return {"wall_s": timed.wall_s, "cpu_s": timed.cpu_s, "recorded": graph_counts()["recorded"]}
+        graph_call_us = self.timer.take() if self.timer is not None else {}
+        return {
+            "wall_s": timed.wall_s,
+            "cpu_s": timed.cpu_s,
+            "recorded": graph_counts()["recorded"],
+            "graph_call_us": graph_call_us,
+        }
 
     def finish(self) -> dict:
         return {"done": True}
@@ -228,7 +280,13 @@ def agree(case: str, plain: list, flagos: list) -> bool:
     return len(plain) == len(flagos) and all(abs(a - b) <= RTOL * scale for a, b in zip(plain, flagos))
 
 
-def summarize(case: str, built: dict[str, dict], rounds: dict[str, list[float]], runs: int) -> dict:
+def summarize(
+    case: str,
+    built: dict[str, dict],
+    rounds: dict[str, list[float]],
+    runs: int,
+    calls: dict[str, list[dict]] | None = None,
+) -> dict:
     """A case's numbers: per side the median round as us per call (mlp) or tokens/s (decode), and
     flagos against plain (a time ratio for mlp, a rate ratio for decode; > 1 means flagos is slower
     for mlp, faster for decode), with its bootstrap interval; and the case's verdict."""
@@ -243,6 +301,13 @@ def summarize(case: str, built: dict[str, dict], rounds: dict[str, list[float]],
             "recorded": recorded,
             "recorded_in_rounds": built[side].get("recorded_after_rounds", recorded) - recorded,
             "skips": built[side]["skips"],
+            # the median round's us per graph call: the whole call and the tree manager's part
+            "graph_call_us": {
+                part: round(statistics.median(vs), 2)
+                if (vs := [c[part] for c in (calls or {}).get(side, []) if c.get(part)])
+                else None
+                for part in ("outer", "inner")
+            },
         }
     result: dict = {"case": case, "unit": "us/call" if case == "mlp" else "tokens/s", "sides": sides}
     plain, flagos = rounds["plain"], rounds["flagos"]
@@ -271,6 +336,12 @@ def summarize(case: str, built: dict[str, dict], rounds: dict[str, list[float]],
     return result
 
 
+def call_us(side: dict) -> str:
+    us = side.get("graph_call_us") or {}
+    whole, inner = us.get("outer"), us.get("inner")
+    return "-" if whole is None or inner is None else f"{whole:.2f} ({inner:.2f})"
+
+
 def graphs(side: dict) -> str:
     """Graphs recorded while warming up, then "+n" for those recorded during the timed rounds."""
     later = side["recorded_in_rounds"]
@@ -294,6 +365,7 @@ def report(info: dict, results: list[dict]) -> str:
             f"{r['case']:8s}{r['unit']:>10s}{p['value']:>11.2f}{f['value']:>11.2f}{r['ratio']:>9.3f}  "
             f"{low_high:16s}{graphs(p):>5s}/{graphs(f):<5s}  {verdict}"
         )
+        lines.append(f"{'':8s}us per graph call, whole (tree manager): plain {call_us(p)}, flagos {call_us(f)}")
     lines.append(
         "ratio: flagos/plain time per call (mlp: 1.0 is parity, above is slower); flagos/plain tokens/s (decode)"
     )
@@ -337,6 +409,7 @@ def run_case(case: str, sides: dict[str, Side], dims: Dims, runs: int, rounds: i
             why = sides[name].failed if reply_ is None else reply_["error"]
             return {"case": case, "error": f"{name} side: {why} (log: {sides[name].log})"}
     timings: dict[str, list[float]] = {name: [] for name in sides}
+    calls: dict[str, list[dict]] = {name: [] for name in sides}
     for _ in range(rounds):
         for name, side in sides.items():
             answer = side.ask("round", runs=runs)
@@ -344,8 +417,9 @@ def run_case(case: str, sides: dict[str, Side], dims: Dims, runs: int, rounds: i
                 why = side.failed if answer is None else answer["error"]
                 return {"case": case, "error": f"{name} side: {why} (log: {side.log})"}
             timings[name].append(answer["wall_s"])
+            calls[name].append(answer.get("graph_call_us", {}))
             built[name]["recorded_after_rounds"] = answer["recorded"]
-    return summarize(case, {name: b for name, b in built.items() if b is not None}, timings, runs)
+    return summarize(case, {name: b for name, b in built.items() if b is not None}, timings, runs, calls)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,6 +63,24 @@ def test_summary_ratios_and_verdicts(bench: ModuleType) -> None:
     assert "FAILED: flagos: no CUDA graph recorded" in text and "FAILED: boom" in text
 
 
+def test_graph_calls_are_timed_whole_and_inside_the_tree_manager(bench: ModuleType) -> None:
+    timer = bench.GraphCallTimer()  # not installed: its wrapper alone
+    slow = timer.timed(lambda x: time.sleep(0.002) or x + 1, "outer")
+    fast = timer.timed(lambda x: x * 2, "inner")
+    assert slow(1) == 2 and slow(2) == 3 and fast(3) == 6
+    taken = timer.take()
+    assert taken["outer"] >= 2000 and 0 <= taken["inner"] < taken["outer"]  # us per call
+    assert timer.take() == {"outer": None, "inner": None}  # each take starts over
+    rounds = {"plain": [1.0, 1.0, 1.0], "flagos": [1.2, 1.2, 1.2]}
+    calls = {
+        "plain": [{"outer": 100.0, "inner": 98.0}] * 3,
+        "flagos": [{"outer": 130.0, "inner": 99.0}, {"outer": 120.0, "inner": 97.0}, {}],
+    }
+    summary = bench.summarize("decode", {"plain": _built(), "flagos": _built()}, rounds, runs=2, calls=calls)
+    assert summary["sides"]["flagos"]["graph_call_us"] == {"outer": 125.0, "inner": 98.0}  # rounds with calls
+    assert "plain 100.00 (98.00), flagos 125.00 (98.00)" in bench.report({}, [summary])
+
+
 def test_mlp_outputs_agree_within_bf16_tolerance(bench: ModuleType) -> None:
     assert bench.agree("mlp", [1.0, -4.0], [1.05, -4.0])
     assert not bench.agree("mlp", [1.0, -4.0], [1.2, -4.0])
