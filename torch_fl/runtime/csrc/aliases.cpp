@@ -83,7 +83,7 @@ at::Tensor as_backing(const at::Tensor& t) {
   return owning_alias(t, to_backing(t.device()), backing().key, c10::GetAllocator(backing().type), false);
 }
 
-at::Tensor KeptAliases::alias(const at::Tensor& t, size_t slot) {
+const at::Tensor& KeptAliases::alias(const at::Tensor& t, size_t slot) {
   if (slot >= entries_.size()) entries_.resize(slot + 1);
   std::optional<Entry>& entry = entries_[slot];
   const c10::Storage& s = t.storage();
@@ -98,9 +98,9 @@ at::Tensor KeptAliases::alias(const at::Tensor& t, size_t slot) {
   // A borrowing alias of its own (not the route's pool): nothing frees or reuses it but this entry.
   at::Tensor a = borrowing_alias(t, to_backing(t.device()), false);
   if (entry.has_value()) slot_of_.erase(entry->alias.storage().unsafeGetStorageImpl());
-  entry = Entry{c10::weak_intrusive_ptr<c10::StorageImpl>(s.getWeakStorageImpl()), a};
   slot_of_[a.storage().unsafeGetStorageImpl()] = slot;
-  return a;
+  entry = Entry{c10::weak_intrusive_ptr<c10::StorageImpl>(s.getWeakStorageImpl()), std::move(a)};
+  return entry->alias;
 }
 
 at::Tensor KeptAliases::as_flagos(const at::Tensor& t) const {

@@ -117,8 +117,9 @@ at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index = -1);
 // would land at other addresses (a CUDA graph over static addresses then records again).
 class KeptAliases {
  public:
-  // The alias of `t` (a flagos tensor) kept in `slot`, or a new one kept there.
-  at::Tensor alias(const at::Tensor& t, size_t slot);
+  // The alias of `t` (a flagos tensor) kept in `slot`, or a new one kept there (valid until the
+  // slot's next call).
+  const at::Tensor& alias(const at::Tensor& t, size_t slot);
   // A backing tensor as flagos: over its flagos tensor's own storage where it lies over a kept
   // alias whose tensor is alive (an output over a static input keeps that input alive, as on the
   // backing), otherwise an owning alias (as_flagos).

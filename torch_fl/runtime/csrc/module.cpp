@@ -4,6 +4,7 @@
 
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
@@ -69,12 +70,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            "a backing tensor as flagos: over its own flagos tensor's storage where it lies over a kept alias");
   m.def(
       "backing_inputs",
-      [](py::list inputs, const std::vector<int64_t>& positions, const std::vector<bool>& keep, KeptAliases& kept) {
-        TORCH_CHECK(keep.size() == positions.size(), "backing_inputs: one keep flag per position");
-        for (size_t k = 0; k < positions.size(); ++k) {
-          const int64_t i = positions[k];
-          const auto t = inputs[i].cast<at::Tensor>();
-          inputs[i] = keep[k] ? kept.alias(t, static_cast<size_t>(i)) : as_backing(t);
+      // Runs before every replay of a CUDA graph, over each of its inputs (a decode step's
+      // parameters and cache): the lists are read in place and each tensor is borrowed from its
+      // Python object, which spares a copy of the positions and two reference counts per input.
+      [](py::list inputs, py::list positions, py::list keep, KeptAliases& kept) {
+        const Py_ssize_t n = PyList_GET_SIZE(positions.ptr());
+        TORCH_CHECK(PyList_GET_SIZE(keep.ptr()) == n, "backing_inputs: one keep flag per position");
+        const Py_ssize_t size = PyList_GET_SIZE(inputs.ptr());
+        for (Py_ssize_t k = 0; k < n; ++k) {
+          const Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(positions.ptr(), k));
+          if (i == -1 && PyErr_Occurred()) throw py::error_already_set();
+          TORCH_CHECK(i >= 0 && i < size, "backing_inputs: position ", i, " is outside the ", size, " inputs");
+          PyObject* item = PyList_GET_ITEM(inputs.ptr(), i);
+          TORCH_CHECK(THPVariable_Check(item), "backing_inputs: input ", i, " is not a tensor");
+          const at::Tensor& t = THPVariable_Unpack(item);
+          PyObject* alias = PyList_GET_ITEM(keep.ptr(), k) == Py_True
+                                ? THPVariable_Wrap(kept.alias(t, static_cast<size_t>(i)))
+                                : THPVariable_Wrap(as_backing(t));
+          if (alias == nullptr) throw py::error_already_set();
+          PyList_SetItem(inputs.ptr(), i, alias);  // takes `alias`; lets go of `item` (and `t`) last
         }
       },
       py::arg("inputs"), py::arg("positions"), py::arg("keep"), py::arg("kept"),
