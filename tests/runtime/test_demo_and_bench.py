@@ -183,6 +183,29 @@ def test_route_instructions_bench(run_python, tmp_path):
     assert len(add["top_functions"]) == 3
 
 
+@pytest.mark.skipif(shutil.which("callgrind_control") is None, reason="counting instructions needs valgrind")
+def test_route_instructions_bench_simulates_the_caches(run_python, tmp_path):
+    out = tmp_path / "instructions.json"
+    result = run_python(
+        script("bench/route_instructions.py", "--ops", "add", "--calls", "50", "--cache-sim", "--json", str(out))
+    )
+    assert re.search(r"^add +I1 misses +\d+ +\d+ +\+\d+ +\+[\d.]+$", result.stdout, re.MULTILINE), result.stdout
+    misses = json.loads(out.read_text())["ops"]["add"]["misses"]
+    assert set(misses) == {"I1 misses", "D1 misses", "LL misses"}
+    # the route's code is fetched on every call: flagos misses the instruction cache more than plain
+    assert misses["I1 misses"]["flagos"] > misses["I1 misses"]["plain"] > 0
+
+
+@pytest.mark.own_process
+def test_graph_boundary_bench(run_python):
+    result = run_python(
+        script("bench/graph_boundary.py", "--inputs", "4", "--calls", "50", "--rounds", "1"), env=PLATFORM
+    )
+    assert "graph boundary, 4 static + 4 other inputs, one output" in result.stdout, result.stdout
+    for part in ("input conversion (backing_inputs)", "whole boundary, stand-in replay"):
+        assert re.search(rf"{re.escape(part)} +[\d.]+ us per call", result.stdout), result.stdout
+
+
 def test_route_instructions_bench_refuses_an_unknown_op(run_python):
     result = run_python(script("bench/route_instructions.py", "--ops", "add,nope,decode:bert"), check=False)
     assert result.returncode != 0
