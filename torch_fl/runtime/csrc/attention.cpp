@@ -4,17 +4,16 @@
 // and serves it with the CPU's fused kernels on zero-copy aliases: without that hook, SDPA on a
 // device that is not the CPU has no way to reach the CPU's flash attention by itself.
 #include "backing.h"
+#include "native_call.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Operators.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/SDPBackend.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
-#include <ATen/Operators.h>
-
 #include <algorithm>
-#include <array>
 #include <numeric>
 
 namespace torch_fl {
@@ -43,24 +42,18 @@ bool pooled_for_choice(const at::Tensor& t) {
          !t.requires_grad();
 }
 
-// The backing's own choice, straight from its kernel, on aliases from the route's pool: what an
-// eager attention call asks every time (a decode step, once per layer).
+// The backing's own choice, straight from its kernel, on aliases from the route's pool (handed back
+// as the native route hands back its own): what an eager attention call asks every time (a decode
+// step, once per layer).
 int64_t pooled_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor* mask,
                       double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
-  Borrower borrower;
-  std::array<uint8_t, 4> buckets{};
-  std::array<at::Tensor, 4> aliases{borrower.borrow(q, buckets[0], false), borrower.borrow(k, buckets[1], false),
-                                    borrower.borrow(v, buckets[2], false)};
-  std::optional<at::Tensor> m;
-  if (mask != nullptr)
-    m = c10::MaybeOwnedTraits<at::Tensor>::createBorrow(aliases[3] = borrower.borrow(*mask, buckets[3], false));
-  const int64_t choice = at::_ops::_fused_sdp_choice::redispatch(backing().keys, aliases[0], aliases[1], aliases[2], m,
-                                                                 dropout_p, is_causal, scale, enable_gqa);
-  if (m.has_value()) c10::MaybeOwnedTraits<at::Tensor>::destroyBorrow(*m);
-  for (size_t i = aliases.size(); i-- > 0;) {
-    if (aliases[i].defined()) borrower.give_back(std::move(aliases[i]), buckets[i]);
-  }
-  return choice;
+  NativeArguments args;
+  args.arguments_outlive_call = true;
+  const size_t iq = args.dense(q, false), ik = args.dense(k, false), iv = args.dense(v, false);
+  std::optional<at::Tensor> m;  // released before `args` hands the aliases back
+  if (mask != nullptr) m = args.swaps[args.dense(*mask, false)].alias;
+  return at::_ops::_fused_sdp_choice::redispatch(backing().keys, args.swaps[iq].alias, args.swaps[ik].alias,
+                                                 args.swaps[iv].alias, m, dropout_p, is_causal, scale, enable_gqa);
 }
 
 int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
