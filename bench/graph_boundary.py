@@ -64,8 +64,8 @@ def main() -> None:
     steps = [torch.zeros(1, 1, dtype=torch.long, device="flagos") for _ in range(NON_STATIC)]
     inputs = static + steps
     positions, keep = list(range(len(inputs))), [i < args.inputs for i in range(len(inputs))]
-    kept = core().KeptAliases()
-    convert = best_us(lambda: core().backing_inputs(list(inputs), positions, keep, kept), args.calls, args.rounds)
+    kept, backing_inputs = core().KeptAliases(), core().backing_inputs  # looked up once, as over_backing does
+    convert = best_us(lambda: backing_inputs(list(inputs), positions, keep, kept), args.calls, args.rounds)
     boundary = over_backing(stand_in, lambda a: (a[0] @ a[1],), list(range(args.inputs)))
     whole = best_us(lambda: boundary(list(inputs)), args.calls, args.rounds)
     print(
