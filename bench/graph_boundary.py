@@ -10,14 +10,21 @@ stand-in for the tree manager that records once and then returns its static outp
 does), with `--inputs` static inputs (a decode step's parameters and static cache) and a few
 non-static ones, and the input conversion (`backing_inputs`) alone. Microseconds per call, the best
 of `--rounds` loops of `--calls` calls. Warm loops: in a model the boundary's data comes from
-farther away between calls, so the board's cost per call is a multiple of these numbers.
+farther away between calls, so the board's cost per call is a multiple of these numbers;
+`--evict-mib N` times each call alone after a pass over N MiB of host memory instead (the median
+of `--rounds` loops), as a model's Python and driver work leave the caches between two graph calls.
+Beside them, the tree manager's own check of the same static inputs on the backing's tensors
+(`torch._C._tensors_data_ptrs_at_indices_equal`, which every replay makes on plain CUDA too): the
+part of a replay's input handling that plain pays as well (CUDA builds of torch have it).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,6 +32,10 @@ import torch
 import torch_fl  # noqa: F401 - activates flagos
 from torch_fl.runtime.device.core import core
 from torch_fl.runtime.inductor import over_backing
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the helpers beside this script, however it is started
+from dispatch_overhead import cache_evictor, per_op_us  # noqa: E402
 
 NON_STATIC = 4  # the step's own inputs: token ids, positions, cache position, mask
 
@@ -54,26 +65,47 @@ def best_us(fn: Callable[[], object], calls: int, rounds: int) -> float:
     return best
 
 
+def timer(calls: int, rounds: int, evict_mib: int) -> Callable[[Callable[[], object]], float]:
+    """us per call: the best warm loop, or with `evict_mib` the median loop of calls timed alone
+    after an eviction."""
+    evict = cache_evictor(evict_mib)
+    if evict is None:
+        return lambda fn: best_us(fn, calls, rounds)
+    return lambda fn: (fn(), per_op_us(fn, calls, rounds, lambda: None, evict))[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inputs", type=int, default=52, help="static inputs (parameters, cache)")
-    parser.add_argument("--calls", type=int, default=20000, help="calls per loop")
-    parser.add_argument("--rounds", type=int, default=5, help="loops; the best is reported")
+    parser.add_argument("--calls", type=int, help="calls per loop (default 20000; 500 with --evict-mib)")
+    parser.add_argument("--rounds", type=int, default=5, help="loops; the best is reported (the median if evicting)")
+    parser.add_argument("--evict-mib", type=int, default=0, help="pass over this many MiB before each call")
     args = parser.parse_args()
+    calls = args.calls or (500 if args.evict_mib else 20000)
+    timed = timer(calls, args.rounds, args.evict_mib)
     static = [torch.randn(64, 64, device="flagos") for _ in range(args.inputs)]
     steps = [torch.zeros(1, 1, dtype=torch.long, device="flagos") for _ in range(NON_STATIC)]
     inputs = static + steps
     positions, keep = list(range(len(inputs))), [i < args.inputs for i in range(len(inputs))]
     kept, backing_inputs = core().KeptAliases(), core().backing_inputs  # looked up once, as over_backing does
-    convert = best_us(lambda: backing_inputs(list(inputs), positions, keep, kept), args.calls, args.rounds)
+    convert = timed(lambda: backing_inputs(list(inputs), positions, keep, kept))
     boundary = over_backing(stand_in, lambda a: (a[0] @ a[1],), list(range(args.inputs)))
-    whole = best_us(lambda: boundary(list(inputs)), args.calls, args.rounds)
+    whole = timed(lambda: boundary(list(inputs)))
+    same_pointers = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)  # CUDA builds only
+    if same_pointers is not None:
+        backing = [torch_fl.as_backing(t) for t in inputs]
+        indices = list(range(args.inputs))
+        pointers = [backing[i].data_ptr() for i in indices]
+        check = timed(lambda: same_pointers(backing, pointers, indices))
+    warmth = f"each call after a {args.evict_mib} MiB eviction, median" if args.evict_mib else "best"
     print(
         f"graph boundary, {args.inputs} static + {NON_STATIC} other inputs, one output "
-        f"({torch_fl.active_platform().name}, torch {torch.__version__}; best of {args.rounds} x {args.calls} calls):"
+        f"({torch_fl.active_platform().name}, torch {torch.__version__}; {warmth} of {args.rounds} x {calls} calls):"
     )
     print(f"  input conversion (backing_inputs)  {convert:7.2f} us per call")
     print(f"  whole boundary, stand-in replay    {whole:7.2f} us per call")
+    if same_pointers is not None:
+        print(f"  the tree manager's static check    {check:7.2f} us per call (plain pays it too)")
 
 
 if __name__ == "__main__":

@@ -197,11 +197,13 @@ def test_route_instructions_bench_simulates_the_caches(run_python, tmp_path):
 
 
 @pytest.mark.own_process
-def test_graph_boundary_bench(run_python):
+@pytest.mark.parametrize("evict", [[], ["--evict-mib", "1"]], ids=["warm", "evicted"])
+def test_graph_boundary_bench(run_python, evict):
     result = run_python(
-        script("bench/graph_boundary.py", "--inputs", "4", "--calls", "50", "--rounds", "1"), env=PLATFORM
+        script("bench/graph_boundary.py", "--inputs", "4", "--calls", "50", "--rounds", "1", *evict), env=PLATFORM
     )
     assert "graph boundary, 4 static + 4 other inputs, one output" in result.stdout, result.stdout
+    assert ("each call after a 1 MiB eviction, median of 1 x 50" in result.stdout) == bool(evict), result.stdout
     for part in ("input conversion (backing_inputs)", "whole boundary, stand-in replay"):
         assert re.search(rf"{re.escape(part)} +[\d.]+ us per call", result.stdout), result.stdout
 
