@@ -8,7 +8,7 @@ A compiled graph under `mode="reduce-overhead"` on flagos is wrapped by
 flagos inputs and takes flagos aliases of its outputs back. This times that boundary around a
 stand-in for the tree manager that records once and then returns its static outputs (as a replay
 does), with `--inputs` static inputs (a decode step's parameters and static cache) and a few
-non-static ones, and the input conversion (`backing_inputs`) alone. Microseconds per call, the best
+non-static ones, and the input conversion (`GraphInputs.to_backing`) alone. Microseconds per call, the best
 of `--rounds` loops of `--calls` calls. Warm loops: in a model the boundary's data comes from
 farther away between calls, so the board's cost per call is a multiple of these numbers;
 `--evict-mib N` times each call alone after a pass over N MiB of host memory instead (the median
@@ -86,9 +86,9 @@ def main() -> None:
     static = [torch.randn(64, 64, device="flagos") for _ in range(args.inputs)]
     steps = [torch.zeros(1, 1, dtype=torch.long, device="flagos") for _ in range(NON_STATIC)]
     inputs = static + steps
-    positions, keep = list(range(len(inputs))), [i < args.inputs for i in range(len(inputs))]
-    kept, backing_inputs = core().KeptAliases(), core().backing_inputs  # looked up once, as over_backing does
-    convert = timed(lambda: backing_inputs(list(inputs), positions, keep, kept))
+    graph_inputs = core().GraphInputs(list(range(len(inputs))), [i < args.inputs for i in range(len(inputs))])
+    to_backing = graph_inputs.to_backing  # looked up once, as over_backing does
+    convert = timed(lambda: to_backing(inputs))
     boundary = over_backing(stand_in, lambda a: (a[0] @ a[1],), list(range(args.inputs)))
     whole = timed(lambda: boundary(list(inputs)))
     same_pointers = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)  # CUDA builds only
@@ -102,7 +102,7 @@ def main() -> None:
         f"graph boundary, {args.inputs} static + {NON_STATIC} other inputs, one output "
         f"({torch_fl.active_platform().name}, torch {torch.__version__}; {warmth} of {args.rounds} x {calls} calls):"
     )
-    print(f"  input conversion (backing_inputs)  {convert:7.2f} us per call")
+    print(f"  input conversion (GraphInputs)  {convert:7.2f} us per call")
     print(f"  whole boundary, stand-in replay    {whole:7.2f} us per call")
     if same_pointers is not None:
         print(f"  the tree manager's static check    {check:7.2f} us per call (plain pays it too)")

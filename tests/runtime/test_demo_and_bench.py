@@ -204,7 +204,7 @@ def test_graph_boundary_bench(run_python, evict):
     )
     assert "graph boundary, 4 static + 4 other inputs, one output" in result.stdout, result.stdout
     assert ("each call after a 1 MiB eviction, median of 1 x 50" in result.stdout) == bool(evict), result.stdout
-    for part in ("input conversion (backing_inputs)", "whole boundary, stand-in replay"):
+    for part in ("input conversion (GraphInputs)", "whole boundary, stand-in replay"):
         assert re.search(rf"{re.escape(part)} +[\d.]+ us per call", result.stdout), result.stdout
 
 

@@ -346,32 +346,40 @@ def test_an_output_over_a_static_input_shares_its_storage_on_both_sides_of_the_b
     assert machinery_saw_input_storage == [True, True]
 
 
-def _backing_inputs(kept: object, *tensors: torch.Tensor) -> list[torch.Tensor]:
-    """`backing_inputs` over `tensors` and a non-tensor, the first tensor's alias kept in `kept`."""
+def _graph_inputs(count: int) -> object:
+    """GraphInputs over `count` tensors and a non-tensor after them, the first tensor kept."""
     from torch_fl.runtime.device.core import core
 
+    return core().GraphInputs(list(range(count)), [i == 0 for i in range(count)])
+
+
+def _backing_inputs(graph_inputs: object, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """`tensors` and a non-tensor through `graph_inputs.to_backing`."""
     inputs = [*tensors, 7]
-    core().backing_inputs(inputs, list(range(len(tensors))), [i == 0 for i in range(len(tensors))], kept)
-    assert inputs[-1] == 7  # what is not at a position stays
-    return inputs[: len(tensors)]
+    converted = graph_inputs.to_backing(inputs)
+    assert converted[-1] == 7 and inputs[:-1] == list(tensors)  # the given list stays as it was
+    return converted[: len(tensors)]
 
 
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
 def test_a_kept_alias_is_replaced_once_it_no_longer_aliases_its_input():
-    from torch_fl.runtime.device.core import core
-
-    kept = core().KeptAliases()
+    pair, single = _graph_inputs(2), _graph_inputs(1)
     w, x = torch.randn(4, 4, device="flagos"), torch.randn(3, device="flagos")
-    alias, x_alias = _backing_inputs(kept, w, x)
+    alias, x_alias = _backing_inputs(pair, w, x)
     assert alias.device.type == x_alias.device.type == BACKING
-    again, x_again = _backing_inputs(kept, w, x)
+    again, x_again = _backing_inputs(pair, w, x)
     assert again is alias and x_again is not x_alias  # only a kept position keeps its alias
-    (transposed,) = _backing_inputs(kept, w.t())
-    assert transposed is not alias and torch.equal(transposed.cpu(), w.t().cpu())  # other geometry
-    assert _backing_inputs(kept, w.t())[0] is transposed
+    (first,) = _backing_inputs(single, w)
+    (transposed,) = _backing_inputs(single, w.t())
+    assert transposed is not first and torch.equal(transposed.cpu(), w.t().cpu())  # other geometry
+    assert _backing_inputs(single, w.t())[0] is transposed
     w.data = torch.randn(4, 4, device="flagos")  # other storage
-    (fresh,) = _backing_inputs(kept, w)
+    (fresh,) = _backing_inputs(single, w)
     assert fresh is not transposed and torch.equal(fresh.cpu(), w.cpu())
+    parameter = torch.nn.Parameter(torch.randn(2, device="flagos"))
+    assert torch.equal(_backing_inputs(single, parameter)[0].cpu(), parameter.detach().cpu())
+    with pytest.raises(RuntimeError, match="input 0 is not a tensor"):
+        single.to_backing([7])  # after a tensor's type was let through at that position
 
 
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
@@ -379,9 +387,7 @@ def test_a_kept_alias_holds_nothing_alive():
     """A static input the program drops is freed at once, as on the backing: transformers makes a
     new static KV cache per generate, and a kept alias that held the old one put the new one at
     other addresses, so the CUDA graphs recorded over the old ones never replayed again."""
-    from torch_fl.runtime.device.core import core
-
-    kept = core().KeptAliases()
+    kept = _graph_inputs(1)
     torch.flagos.synchronize()
     before = torch.flagos.memory_allocated()
     cache = torch.zeros(1 << 20, device="flagos")

@@ -504,9 +504,9 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
     # addresses replay instead of recording again. A replay converts its inputs in one C++ call (a
     # Python call per input was 1 us each).
     static = set(args[0] if args else kwargs.get("static_input_idxs", ()))
-    kept = core().KeptAliases()
+    graph_inputs: Any = None  # core().GraphInputs over the flagos inputs, made at the first call
     current = threading.local()  # .inputs: the flagos inputs of this thread's call in progress
-    backing_inputs, to_flagos = core().backing_inputs, core().as_flagos
+    to_flagos = core().as_flagos
 
     def on_flagos(inputs: list[Any]) -> Any:
         # Runs only when the machinery warms up or records (a replay runs the graph, not this).
@@ -516,7 +516,7 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         call = current.inputs
         for i, is_static in zip(flagos_inputs, keep):
             # The program's own static tensor: outputs over it come back to the program over its
-            # storage (`kept.as_flagos`), and reach the machinery over the kept alias it gave.
+            # storage (`graph_inputs.as_flagos`), and reach the machinery over the kept alias it gave.
             args[i] = call[i] if is_static else to_flagos(args[i])
         outputs = model(args)
         flagos_outputs[:] = [
@@ -525,19 +525,18 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         return _replace(outputs, flagos_outputs, _shared_aliases(given, hand_to_backing))
 
     def run(inputs: list[Any]) -> Any:
-        nonlocal wrapped
+        nonlocal wrapped, graph_inputs
         if wrapped is None:
             flagos_inputs[:] = [
                 i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.device.type == FLAGOS
             ]
             keep[:] = [i in static for i in flagos_inputs]
+            graph_inputs = core().GraphInputs(flagos_inputs, keep)
             wrapped = cudagraphify(on_flagos, *args, **kwargs)
-        current.inputs = list(inputs)
+        current.inputs = given = list(inputs)
         inputs.clear()
-        args_ = list(current.inputs)
-        backing_inputs(args_, flagos_inputs, keep, kept)
         try:
-            return _replace(wrapped(args_), flagos_outputs, kept.as_flagos)
+            return _replace(wrapped(graph_inputs.to_backing(given)), flagos_outputs, graph_inputs.as_flagos)
         finally:
             current.inputs = None
 

@@ -87,9 +87,11 @@ const at::Tensor& KeptAliases::alias(const at::Tensor& t, size_t slot) {
   if (slot >= entries_.size()) entries_.resize(slot + 1);
   std::optional<Entry>& entry = entries_[slot];
   const c10::Storage& s = t.storage();
-  if (entry.has_value() && !entry->source.expired() && entry->source._unsafe_get_target() == s.unsafeGetStorageImpl()) {
+  // The entry's storage is alive when it is `t`'s (the weak reference keeps its address from being
+  // reused while the entry lasts).
+  if (entry.has_value() && entry->source._unsafe_get_target() == s.unsafeGetStorageImpl()) {
     const at::Tensor& a = entry->alias;
-    if (a.storage().data() == s.data() && a.storage().nbytes() == s.nbytes() && a.dtype() == t.dtype() &&
+    if (entry->data == s.data() && entry->nbytes == s.nbytes() && a.dtype() == t.dtype() &&
         same_geometry(*a.unsafeGetTensorImpl(), *t.unsafeGetTensorImpl()) && a.is_conj() == t.is_conj() &&
         a.is_neg() == t.is_neg()) {
       return a;
@@ -99,7 +101,7 @@ const at::Tensor& KeptAliases::alias(const at::Tensor& t, size_t slot) {
   at::Tensor a = borrowing_alias(t, to_backing(t.device()), false);
   if (entry.has_value()) slot_of_.erase(entry->alias.storage().unsafeGetStorageImpl());
   slot_of_[a.storage().unsafeGetStorageImpl()] = slot;
-  entry = Entry{c10::weak_intrusive_ptr<c10::StorageImpl>(s.getWeakStorageImpl()), std::move(a)};
+  entry = Entry{c10::weak_intrusive_ptr<c10::StorageImpl>(s.getWeakStorageImpl()), std::move(a), s.data(), s.nbytes()};
   return entry->alias;
 }
 

@@ -8,6 +8,10 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/extension.h>
 
+namespace torch_fl {
+void bind_graph_inputs(py::module_& m);  // graph_inputs.cpp
+}  // namespace torch_fl
+
 namespace {
 
 using namespace torch_fl;
@@ -62,39 +66,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("device_count", [] { return static_cast<int>(device_count()); });
   m.def("current_device", [] { return static_cast<int>(current_index()); });
   m.def("as_backing", &as_backing, "zero-copy alias of a flagos tensor on the backing device");
-  py::class_<KeptAliases>(m, "KeptAliases",
-                          "backing aliases kept from one call to the next while they alias the same bytes; "
-                          "they hold nothing alive (see backing_inputs)")
-      .def(py::init<>())
-      .def("as_flagos", &KeptAliases::as_flagos, py::arg("tensor"),
-           "a backing tensor as flagos: over its own flagos tensor's storage where it lies over a kept alias");
-  m.def(
-      "backing_inputs",
-      // Runs before every replay of a CUDA graph, over each of its inputs (a decode step's
-      // parameters and cache): the lists are read in place and each tensor is borrowed from its
-      // Python object, which spares a copy of the positions and two reference counts per input.
-      [](py::list inputs, py::list positions, py::list keep, KeptAliases& kept) {
-        const Py_ssize_t n = PyList_GET_SIZE(positions.ptr());
-        TORCH_CHECK(PyList_GET_SIZE(keep.ptr()) == n, "backing_inputs: one keep flag per position");
-        const Py_ssize_t size = PyList_GET_SIZE(inputs.ptr());
-        for (Py_ssize_t k = 0; k < n; ++k) {
-          const Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(positions.ptr(), k));
-          if (i == -1 && PyErr_Occurred()) throw py::error_already_set();
-          TORCH_CHECK(i >= 0 && i < size, "backing_inputs: position ", i, " is outside the ", size, " inputs");
-          PyObject* item = PyList_GET_ITEM(inputs.ptr(), i);
-          TORCH_CHECK(THPVariable_Check(item), "backing_inputs: input ", i, " is not a tensor");
-          const at::Tensor& t = THPVariable_Unpack(item);
-          PyObject* alias = PyList_GET_ITEM(keep.ptr(), k) == Py_True
-                                ? THPVariable_Wrap(kept.alias(t, static_cast<size_t>(i)))
-                                : THPVariable_Wrap(as_backing(t));
-          if (alias == nullptr) throw py::error_already_set();
-          PyList_SetItem(inputs.ptr(), i, alias);  // takes `alias`; lets go of `item` (and `t`) last
-        }
-      },
-      py::arg("inputs"), py::arg("positions"), py::arg("keep"), py::arg("kept"),
-      "the flagos tensors at `positions` of `inputs` replaced by backing aliases: owning ones, or where `keep` "
-      "says so the alias `kept` holds for that position (valid while the call lasts, made anew when the "
-      "tensor there is another)");
+  bind_graph_inputs(m);
   m.def("hand_to_backing", &hand_to_backing,
         "a backing tensor over a flagos tensor's bytes that owns them through the backing allocator");
   m.def("as_flagos", &as_flagos, py::arg("tensor"), py::arg("host_index") = -1,

@@ -1,0 +1,98 @@
+// The inputs of a compiled flagos graph as the CUDA graph machinery takes them, converted before
+// every replay (torch_fl.runtime.inductor.over_backing). A decode step's graph has a parameter or
+// cache tensor per input, and between two graph calls a model's Python and driver work evict what
+// the conversion touches: it reads as few cache lines per input as it can.
+#include "backing.h"
+
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/extension.h>
+
+#include <vector>
+
+namespace torch_fl {
+namespace {
+
+class GraphInputs {
+ public:
+  GraphInputs(std::vector<Py_ssize_t> positions, const std::vector<bool>& keep)
+      : positions_(std::move(positions)), keep_(keep.begin(), keep.end()), held_(positions_.size()) {
+    TORCH_CHECK(keep_.size() == positions_.size(), "GraphInputs: one keep flag per position");
+    for (size_t k = 0; k < positions_.size(); ++k) {
+      TORCH_CHECK(positions_[k] >= 0 && (k == 0 || positions_[k] > positions_[k - 1]),
+                  "GraphInputs: positions must be increasing and not negative");
+    }
+  }
+
+  // `inputs` with the flagos tensor at each position replaced by a backing alias: the one kept for
+  // the position where it is kept (a static input), an owning one otherwise.
+  py::list to_backing(const py::list& inputs) {
+    PyObject* given = inputs.ptr();
+    const Py_ssize_t size = PyList_GET_SIZE(given);
+    TORCH_CHECK(positions_.empty() || positions_.back() < size, "GraphInputs: position ", positions_.back(),
+                " is outside the ", size, " inputs");
+    py::list out(size);
+    size_t k = 0;  // the next position
+    for (Py_ssize_t i = 0; i < size; ++i) {
+      PyObject* item = PyList_GET_ITEM(given, i);
+      if (k == positions_.size() || positions_[k] != i) {
+        Py_INCREF(item);
+        PyList_SET_ITEM(out.ptr(), i, item);
+      } else {
+        PyList_SET_ITEM(out.ptr(), i, alias(item, k++));
+      }
+    }
+    return out;
+  }
+
+  at::Tensor as_flagos(const at::Tensor& t) const { return kept_.as_flagos(t); }
+
+ private:
+  // A new reference to the backing alias of `item`, the input at position `k`.
+  PyObject* alias(PyObject* item, size_t k) {
+    Held& held = held_[k];
+    // A Parameter's isinstance check goes through its metaclass: the type seen last is let through.
+    TORCH_CHECK(Py_TYPE(item) == held.type || THPVariable_Check(item), "GraphInputs: input ", positions_[k],
+                " is not a tensor");
+    held.type = Py_TYPE(item);
+    const at::Tensor& t = THPVariable_Unpack(item);
+    if (!keep_[k]) {
+      PyObject* alias = THPVariable_Wrap(as_backing(t));
+      if (alias == nullptr) throw py::error_already_set();
+      return alias;
+    }
+    const at::Tensor& kept = kept_.alias(t, k);
+    // The alias's Python object is held with it, so that it is not looked up (or made) again.
+    if (held.alias.ptr() == nullptr ||
+        THPVariable_Unpack(held.alias.ptr()).unsafeGetTensorImpl() != kept.unsafeGetTensorImpl()) {
+      held.alias = py::reinterpret_steal<py::object>(THPVariable_Wrap(kept));
+      if (held.alias.ptr() == nullptr) throw py::error_already_set();
+    }
+    return held.alias.inc_ref().ptr();
+  }
+
+  struct Held {
+    PyTypeObject* type = nullptr;  // the Python type of the position's last input
+    py::object alias;              // the Python object of the position's kept alias
+  };
+  std::vector<Py_ssize_t> positions_;
+  std::vector<char> keep_;
+  KeptAliases kept_;
+  std::vector<Held> held_;
+};
+
+}  // namespace
+
+void bind_graph_inputs(py::module_& m) {
+  py::class_<GraphInputs>(m, "GraphInputs",
+                          "the flagos inputs of a compiled graph, at `positions`, as backing aliases for the CUDA "
+                          "graph machinery: kept from one call to the next where `keep` says so (static inputs), "
+                          "while they alias the same bytes; kept aliases hold nothing alive")
+      .def(py::init<std::vector<Py_ssize_t>, const std::vector<bool>&>(), py::arg("positions"), py::arg("keep"))
+      .def("to_backing", &GraphInputs::to_backing, py::arg("inputs"),
+           "a new list: `inputs` with the flagos tensors at the positions as backing aliases (a kept one is "
+           "valid while the call lasts)")
+      .def("as_flagos", &GraphInputs::as_flagos, py::arg("tensor"),
+           "a backing tensor as flagos: over its flagos tensor's storage where it lies over a kept alias");
+}
+
+}  // namespace torch_fl
