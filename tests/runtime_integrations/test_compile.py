@@ -378,8 +378,39 @@ def test_a_kept_alias_is_replaced_once_it_no_longer_aliases_its_input():
     assert fresh is not transposed and torch.equal(fresh.cpu(), w.cpu())
     parameter = torch.nn.Parameter(torch.randn(2, device="flagos"))
     assert torch.equal(_backing_inputs(single, parameter)[0].cpu(), parameter.detach().cpu())
-    with pytest.raises(RuntimeError, match="input 0 is not a tensor"):
+    with pytest.raises(TypeError, match="input 0 is not a tensor"):
         single.to_backing([7])  # after a tensor's type was let through at that position
+
+
+@pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
+def test_graph_outputs_come_back_as_flagos_over_the_kept_inputs_storage():
+    from torch_fl.runtime import as_backing
+
+    graph_inputs = _graph_inputs(1)
+    w = torch.arange(6.0, device="flagos").view(2, 3)
+    (alias,) = _backing_inputs(graph_inputs, w)
+    assert graph_inputs.outputs_as_flagos((alias, 7)) == (alias, 7)  # no output positions yet
+    graph_inputs.set_outputs([0, 2])
+    fresh = as_backing(torch.ones(2, device="flagos"))
+    view, seven, other = graph_inputs.outputs_as_flagos((alias[1], 7, fresh))
+    assert view.device.type == other.device.type == "flagos" and seven == 7
+    assert view.untyped_storage()._cdata == w.untyped_storage()._cdata  # over the program's own storage
+    assert view.tolist() == [3.0, 4.0, 5.0] and other.tolist() == [1.0, 1.0]
+    assert isinstance(graph_inputs.outputs_as_flagos([alias, 7, fresh]), list)
+    with pytest.raises(TypeError, match="output 2 is not a tensor"):
+        graph_inputs.outputs_as_flagos((alias, 7, 8))
+
+
+@pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
+def test_graph_inputs_refuse_positions_outside_the_inputs_and_unordered_ones():
+    from torch_fl.runtime.device.core import core
+
+    with pytest.raises(RuntimeError, match="position 3 is outside the 1 inputs"):
+        core().GraphInputs([3], [True]).to_backing([torch.ones(1, device="flagos")])
+    with pytest.raises(RuntimeError, match="positions must be increasing"):
+        core().GraphInputs([1, 0], [True, False])
+    with pytest.raises(RuntimeError, match="one keep flag per position"):
+        core().GraphInputs([0], [])
 
 
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")

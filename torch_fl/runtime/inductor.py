@@ -495,7 +495,6 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         kwargs["constants"] = tuple(as_backing(c) if isinstance(c, torch.Tensor) else c for c in kwargs["constants"])
     flagos_inputs: list[int] = []  # positions of flagos tensors among the inputs
     keep: list[bool] = []  # per flagos input: static (a parameter, buffer or static cache)
-    flagos_outputs: list[int] = []  # positions of flagos tensors among model's outputs
     wrapped: Callable[..., Any] | None = None
     # The aliases of static inputs (the same tensors every call) are kept while they still alias
     # their input: one check per call instead of a new alias. They hold nothing alive, so a static
@@ -519,10 +518,13 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
             # storage (`graph_inputs.as_flagos`), and reach the machinery over the kept alias it gave.
             args[i] = call[i] if is_static else to_flagos(args[i])
         outputs = model(args)
-        flagos_outputs[:] = [
-            i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.device.type == FLAGOS
-        ]
-        return _replace(outputs, flagos_outputs, _shared_aliases(given, hand_to_backing))
+        flagos_outputs = [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.device.type == FLAGOS]
+        graph_inputs.set_outputs(flagos_outputs)
+        convert = _shared_aliases(given, hand_to_backing)
+        converted = list(outputs)
+        for i in flagos_outputs:
+            converted[i] = convert(converted[i])
+        return tuple(converted) if isinstance(outputs, tuple) else converted
 
     def run(inputs: list[Any]) -> Any:
         nonlocal wrapped, graph_inputs
@@ -536,7 +538,7 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         current.inputs = given = list(inputs)
         inputs.clear()
         try:
-            return _replace(wrapped(graph_inputs.to_backing(given)), flagos_outputs, graph_inputs.as_flagos)
+            return graph_inputs.outputs_as_flagos(wrapped(graph_inputs.to_backing(given)))
         finally:
             current.inputs = None
 
@@ -568,13 +570,3 @@ def _shared_aliases(given: list[Any], to_backing: Callable[[torch.Tensor], torch
         return view.set_(storage, output.storage_offset(), output.size(), output.stride())
 
     return convert
-
-
-def _replace(values: Any, positions: list[int], convert: Callable[[Any], Any]) -> Any:
-    """`values` (a list or tuple) with `convert` applied at `positions`, of the same type."""
-    if not positions:
-        return values
-    converted = list(values)
-    for i in positions:
-        converted[i] = convert(converted[i])
-    return tuple(converted) if isinstance(values, tuple) else converted

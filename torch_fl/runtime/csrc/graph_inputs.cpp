@@ -30,6 +30,14 @@ class GraphInputs {
     const Py_ssize_t size = PyList_GET_SIZE(given);
     TORCH_CHECK(positions_.empty() || positions_.back() < size, "GraphInputs: position ", positions_.back(),
                 " is outside the ", size, " inputs");
+    for (size_t k = 0; k < positions_.size(); ++k) {
+      // A Parameter's isinstance check goes through its metaclass: the type seen last is let through.
+      PyObject* item = PyList_GET_ITEM(given, positions_[k]);
+      if (Py_TYPE(item) != held_[k].type && !THPVariable_Check(item)) {
+        throw py::type_error("GraphInputs: input " + std::to_string(positions_[k]) + " is not a tensor");
+      }
+      held_[k].type = Py_TYPE(item);
+    }
     py::list out(size);
     size_t k = 0;  // the next position
     for (Py_ssize_t i = 0; i < size; ++i) {
@@ -46,14 +54,32 @@ class GraphInputs {
 
   at::Tensor as_flagos(const at::Tensor& t) const { return kept_.as_flagos(t); }
 
+  // The positions of flagos tensors among the graph's outputs (known once it has run on flagos).
+  void set_outputs(std::vector<Py_ssize_t> positions) { outputs_ = std::move(positions); }
+
+  // `outputs` (a list or tuple) with the backing tensors at the output positions as flagos: one call
+  // instead of a Python loop, which between a model's graph calls runs from cold caches.
+  py::object outputs_as_flagos(const py::object& outputs) const {
+    if (outputs_.empty()) return outputs;
+    const bool is_tuple = PyTuple_Check(outputs.ptr());
+    TORCH_CHECK(is_tuple || PyList_Check(outputs.ptr()), "GraphInputs: outputs must be a list or a tuple");
+    py::list converted(outputs);
+    for (const Py_ssize_t i : outputs_) {
+      TORCH_CHECK(i < PyList_GET_SIZE(converted.ptr()), "GraphInputs: output ", i, " is missing");
+      PyObject* item = PyList_GET_ITEM(converted.ptr(), i);
+      if (!THPVariable_Check(item))
+        throw py::type_error("GraphInputs: output " + std::to_string(i) + " is not a tensor");
+      PyObject* flagos = THPVariable_Wrap(kept_.as_flagos(THPVariable_Unpack(item)));
+      if (flagos == nullptr) throw py::error_already_set();
+      PyList_SetItem(converted.ptr(), i, flagos);  // takes `flagos`, lets go of the backing tensor
+    }
+    return is_tuple ? py::object(py::tuple(converted)) : py::object(converted);
+  }
+
  private:
-  // A new reference to the backing alias of `item`, the input at position `k`.
+  // A new reference to the backing alias of `item`, the tensor at position `k`.
   PyObject* alias(PyObject* item, size_t k) {
     Held& held = held_[k];
-    // A Parameter's isinstance check goes through its metaclass: the type seen last is let through.
-    TORCH_CHECK(Py_TYPE(item) == held.type || THPVariable_Check(item), "GraphInputs: input ", positions_[k],
-                " is not a tensor");
-    held.type = Py_TYPE(item);
     const at::Tensor& t = THPVariable_Unpack(item);
     if (!keep_[k]) {
       PyObject* alias = THPVariable_Wrap(as_backing(t));
@@ -78,6 +104,7 @@ class GraphInputs {
   std::vector<char> keep_;
   KeptAliases kept_;
   std::vector<Held> held_;
+  std::vector<Py_ssize_t> outputs_;
 };
 
 }  // namespace
@@ -92,7 +119,11 @@ void bind_graph_inputs(py::module_& m) {
            "a new list: `inputs` with the flagos tensors at the positions as backing aliases (a kept one is "
            "valid while the call lasts)")
       .def("as_flagos", &GraphInputs::as_flagos, py::arg("tensor"),
-           "a backing tensor as flagos: over its flagos tensor's storage where it lies over a kept alias");
+           "a backing tensor as flagos: over its flagos tensor's storage where it lies over a kept alias")
+      .def("set_outputs", &GraphInputs::set_outputs, py::arg("positions"),
+           "the positions of flagos tensors among the graph's outputs")
+      .def("outputs_as_flagos", &GraphInputs::outputs_as_flagos, py::arg("outputs"),
+           "`outputs` (a list or tuple) with the tensors at the output positions as flagos (as_flagos)");
 }
 
 }  // namespace torch_fl
