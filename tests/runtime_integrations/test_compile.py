@@ -405,12 +405,25 @@ def test_graph_outputs_come_back_as_flagos_over_the_kept_inputs_storage():
 def test_graph_inputs_refuse_positions_outside_the_inputs_and_unordered_ones():
     from torch_fl.runtime.device.core import core
 
-    with pytest.raises(RuntimeError, match="position 3 is outside the 1 inputs"):
+    with pytest.raises(IndexError, match="position 3 is outside the 1 inputs"):
         core().GraphInputs([3], [True]).to_backing([torch.ones(1, device="flagos")])
-    with pytest.raises(RuntimeError, match="positions must be increasing"):
+    with pytest.raises(ValueError, match="positions must be increasing"):
         core().GraphInputs([1, 0], [True, False])
-    with pytest.raises(RuntimeError, match="one keep flag per position"):
+    with pytest.raises(ValueError, match="one keep flag per position"):
         core().GraphInputs([0], [])
+    with pytest.raises(IndexError, match="output 1 is missing"):
+        graph_inputs = core().GraphInputs([], [])
+        graph_inputs.set_outputs([1])
+        graph_inputs.outputs_as_flagos([torch.ones(1, device="flagos")])
+
+
+@pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
+def test_a_check_failing_in_the_core_raises_a_python_error():
+    from torch_fl.runtime.device.core import core
+
+    with pytest.raises(RuntimeError, match="the flagos backing is set once per process") as raised:
+        core().init("cpu", 1)
+    assert "Exception raised from" not in str(raised.value)  # the message, not the C++ backtrace
 
 
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")

@@ -7,8 +7,11 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/extension.h>
 
+#include <string>
 #include <vector>
 
+// Errors are raised as pybind11's own exceptions: a c10::Error thrown out of these methods crashed
+// the interpreter on the H100 board (torch 2.11, Python 3.12) where the host raised RuntimeError.
 namespace torch_fl {
 namespace {
 
@@ -16,10 +19,11 @@ class GraphInputs {
  public:
   GraphInputs(std::vector<Py_ssize_t> positions, const std::vector<bool>& keep)
       : positions_(std::move(positions)), keep_(keep.begin(), keep.end()), held_(positions_.size()) {
-    TORCH_CHECK(keep_.size() == positions_.size(), "GraphInputs: one keep flag per position");
+    if (keep_.size() != positions_.size()) throw py::value_error("GraphInputs: one keep flag per position");
     for (size_t k = 0; k < positions_.size(); ++k) {
-      TORCH_CHECK(positions_[k] >= 0 && (k == 0 || positions_[k] > positions_[k - 1]),
-                  "GraphInputs: positions must be increasing and not negative");
+      if (positions_[k] < 0 || (k > 0 && positions_[k] <= positions_[k - 1])) {
+        throw py::value_error("GraphInputs: positions must be increasing and not negative");
+      }
     }
   }
 
@@ -28,8 +32,10 @@ class GraphInputs {
   py::list to_backing(const py::list& inputs) {
     PyObject* given = inputs.ptr();
     const Py_ssize_t size = PyList_GET_SIZE(given);
-    TORCH_CHECK(positions_.empty() || positions_.back() < size, "GraphInputs: position ", positions_.back(),
-                " is outside the ", size, " inputs");
+    if (!positions_.empty() && positions_.back() >= size) {
+      throw py::index_error("GraphInputs: position " + std::to_string(positions_.back()) + " is outside the " +
+                            std::to_string(size) + " inputs");
+    }
     for (size_t k = 0; k < positions_.size(); ++k) {
       // A Parameter's isinstance check goes through its metaclass: the type seen last is let through.
       PyObject* item = PyList_GET_ITEM(given, positions_[k]);
@@ -62,10 +68,12 @@ class GraphInputs {
   py::object outputs_as_flagos(const py::object& outputs) const {
     if (outputs_.empty()) return outputs;
     const bool is_tuple = PyTuple_Check(outputs.ptr());
-    TORCH_CHECK(is_tuple || PyList_Check(outputs.ptr()), "GraphInputs: outputs must be a list or a tuple");
+    if (!is_tuple && !PyList_Check(outputs.ptr()))
+      throw py::type_error("GraphInputs: outputs must be a list or a tuple");
     py::list converted(outputs);
     for (const Py_ssize_t i : outputs_) {
-      TORCH_CHECK(i < PyList_GET_SIZE(converted.ptr()), "GraphInputs: output ", i, " is missing");
+      if (i >= PyList_GET_SIZE(converted.ptr()))
+        throw py::index_error("GraphInputs: output " + std::to_string(i) + " is missing");
       PyObject* item = PyList_GET_ITEM(converted.ptr(), i);
       if (!THPVariable_Check(item))
         throw py::type_error("GraphInputs: output " + std::to_string(i) + " is not a tensor");

@@ -58,10 +58,31 @@ py::dict stats(int index) {
   return d;
 }
 
+// A c10::Error raised from these bindings as the Python exception PyTorch raises for it, with the
+// message alone: one that reached pybind11's generic handler crashed the interpreter on the H100
+// board (torch 2.11, Python 3.12) where the host raised RuntimeError, and what() there would also
+// symbolize the C++ backtrace.
+void translate_c10_errors(std::exception_ptr error) {
+  try {
+    if (error) std::rethrow_exception(error);
+  } catch (const c10::IndexError& e) {
+    PyErr_SetString(PyExc_IndexError, e.what_without_backtrace());
+  } catch (const c10::ValueError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what_without_backtrace());
+  } catch (const c10::TypeError& e) {
+    PyErr_SetString(PyExc_TypeError, e.what_without_backtrace());
+  } catch (const c10::NotImplementedError& e) {
+    PyErr_SetString(PyExc_NotImplementedError, e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "flagos core: allocator, guard, generators, structural kernels and the C++ routes";
+  py::register_local_exception_translator(&translate_c10_errors);
   m.def("init", &init, py::arg("device"), py::arg("host_devices"));
   m.def("device_count", [] { return static_cast<int>(device_count()); });
   m.def("current_device", [] { return static_cast<int>(current_index()); });
