@@ -515,7 +515,7 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         call = current.inputs
         for i, is_static in zip(flagos_inputs, keep):
             # The program's own static tensor: outputs over it come back to the program over its
-            # storage (`graph_inputs.as_flagos`), and reach the machinery over the kept alias it gave.
+            # storage (`graph_inputs.outputs_as_flagos`), and reach the machinery over the kept alias it gave.
             args[i] = call[i] if is_static else to_flagos(args[i])
         outputs = model(args)
         flagos_outputs = [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.device.type == FLAGOS]

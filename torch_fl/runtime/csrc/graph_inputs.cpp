@@ -1,7 +1,7 @@
 // The inputs of a compiled flagos graph as the CUDA graph machinery takes them, converted before
 // every replay (torch_fl.runtime.inductor.over_backing). A decode step's graph has a parameter or
 // cache tensor per input, and between two graph calls a model's Python and driver work evict what
-// the conversion touches: it reads as few cache lines per input as it can.
+// the conversion touches: it keeps per input what it would otherwise look up again.
 #include "backing.h"
 
 #include <torch/csrc/autograd/python_variable.h>
@@ -58,12 +58,11 @@ class GraphInputs {
     return out;
   }
 
-  at::Tensor as_flagos(const at::Tensor& t) const { return kept_.as_flagos(t); }
-
   // The positions of flagos tensors among the graph's outputs (known once it has run on flagos).
   void set_outputs(std::vector<Py_ssize_t> positions) { outputs_ = std::move(positions); }
 
-  // `outputs` (a list or tuple) with the backing tensors at the output positions as flagos: one call
+  // `outputs` (a list or tuple) with the backing tensors at the output positions as flagos, over the
+  // program's own storage where they lie over a kept alias (KeptAliases::as_flagos): one call
   // instead of a Python loop, which between a model's graph calls runs from cold caches.
   py::object outputs_as_flagos(const py::object& outputs) const {
     if (outputs_.empty()) return outputs;
@@ -126,12 +125,11 @@ void bind_graph_inputs(py::module_& m) {
       .def("to_backing", &GraphInputs::to_backing, py::arg("inputs"),
            "a new list: `inputs` with the flagos tensors at the positions as backing aliases (a kept one is "
            "valid while the call lasts)")
-      .def("as_flagos", &GraphInputs::as_flagos, py::arg("tensor"),
-           "a backing tensor as flagos: over its flagos tensor's storage where it lies over a kept alias")
       .def("set_outputs", &GraphInputs::set_outputs, py::arg("positions"),
            "the positions of flagos tensors among the graph's outputs")
       .def("outputs_as_flagos", &GraphInputs::outputs_as_flagos, py::arg("outputs"),
-           "`outputs` (a list or tuple) with the tensors at the output positions as flagos (as_flagos)");
+           "`outputs` (a list or tuple) with the tensors at the output positions as flagos, over the program's "
+           "own storage where they lie over a kept alias");
 }
 
 }  // namespace torch_fl
