@@ -23,6 +23,7 @@
 #   dispatch     bench/dispatch_overhead.py
 #   graphs       bench/cuda_graphs.py: reduce-overhead (CUDA graphs) MLP and static-cache decoding,
 #                flagos against plain CUDA ($GRAPHS_ARGS)
+#   boundary     bench/graph_boundary.py warm and after a $EVICT_MIB (32) MiB eviction ($BOUNDARY_ARGS)
 #   zoo          bench/model_zoo.py: public architectures, train / prefill / decode, plain CUDA against
 #                flagos tuned and native-only ($ZOO_MODELS: a comma-separated subset; $ZOO_ARGS)
 set -u
@@ -103,6 +104,8 @@ for stage in ${STAGES:-tests}; do
     profile) for c in ${CONFIGS:-small large}; do timeout $(( $(left) / 2 )) $PY bench/host_profile.py --config "$c" --steps 5; done ;;
     dispatch) timeout $(( $(left) )) $PY bench/dispatch_overhead.py ;;
     graphs) timeout $(( $(left) )) $PY bench/cuda_graphs.py --json "$OUT/cuda_graphs.json" ${GRAPHS_ARGS:-} ;;
+    boundary) for evict in 0 ${EVICT_MIB:-32}; do
+        timeout $(( $(left) )) $PY bench/graph_boundary.py --evict-mib $evict ${BOUNDARY_ARGS:-}; done ;;
     zoo) timeout $(( $(left) )) $PY bench/model_zoo.py ${ZOO_MODELS:+--models $ZOO_MODELS} --json "$OUT/zoo.json" \
         ${ZOO_ARGS:-} ;;
     *) echo "unknown stage $stage" ;;
