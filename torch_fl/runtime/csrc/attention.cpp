@@ -26,21 +26,23 @@ namespace {
 const c10::DispatchKeySet kTracing({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
                                     c10::DispatchKey::Functionalize, c10::DispatchKey::PreDispatch});
 
+// A flagos tensor with bytes to alias, outside any tracing mode.
+bool has_flagos_bytes(const at::Tensor& t) {
+  return t.has_storage() && t.storage().device_type() == kFlagos && !t.key_set().has_any(kTracing);
+}
+
 // The alias carries requires_grad too: the backing's choice depends on it (a mask that wants a
 // gradient keeps the math path).
 at::Tensor backing_for_choice(const at::Tensor& t) {
-  bool has_bytes = t.has_storage() && t.storage().device_type() == kFlagos && !t.key_set().has_any(kTracing);
-  at::Tensor b = has_bytes ? borrow_as_backing(t)
-                           : at::empty_strided(t.sizes(), t.strides(), t.options().device(to_backing(t.device())));
+  at::Tensor b = has_flagos_bytes(t)
+                     ? borrow_as_backing(t)
+                     : at::empty_strided(t.sizes(), t.strides(), t.options().device(to_backing(t.device())));
   return t.requires_grad() ? b.requires_grad_(true) : b;
 }
 
-// A flagos tensor whose bytes the choice may read through a pooled alias: eager, and not wanting a
-// gradient (a pooled alias never carries requires_grad).
-bool pooled_for_choice(const at::Tensor& t) {
-  return t.has_storage() && t.storage().device_type() == kFlagos && !t.key_set().has_any(kTracing) &&
-         !t.requires_grad();
-}
+// A flagos tensor whose bytes the choice may read through a pooled alias: not wanting a gradient
+// (a pooled alias never carries requires_grad).
+bool pooled_for_choice(const at::Tensor& t) { return has_flagos_bytes(t) && !t.requires_grad(); }
 
 // The backing's own choice, straight from its kernel, on aliases from the route's pool (handed back
 // as the native route hands back its own): what an eager attention call asks every time (a decode
