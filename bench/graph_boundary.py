@@ -4,18 +4,19 @@
     FLAGOS_PLATFORM=nvidia_h200 python bench/graph_boundary.py --inputs 56 --calls 20000
 
 A compiled graph under `mode="reduce-overhead"` on flagos is wrapped by
-`torch_fl.runtime.inductor.over_backing`: each call hands the tree manager CUDA aliases of the
-flagos inputs and takes flagos aliases of its outputs back. This times that boundary around a
-stand-in for the tree manager that records once and then returns its static outputs (as a replay
-does), with `--inputs` static inputs (a decode step's parameters and static cache) and a few
-non-static ones, and the input conversion (`GraphInputs.to_backing`) alone. Microseconds per call, the best
+`torch_fl.runtime.inductor.over_backing`: each call hands the tree manager the static flagos
+inputs as they are and CUDA aliases of the others, and takes flagos aliases of its outputs back.
+This times that boundary around a stand-in for the tree manager that records once and then returns
+its static outputs (as a replay does), with `--inputs` static inputs (a decode step's parameters
+and static cache) and a few non-static ones, and the input conversion (`GraphInputs.to_backing`)
+alone. Microseconds per call, the best
 of `--rounds` loops of `--calls` calls. Warm loops: in a model the boundary's data comes from
 farther away between calls, so the board's cost per call is a multiple of these numbers;
 `--evict-mib N` times each call alone after a pass over N MiB of host memory instead (the median
 of `--rounds` loops), as a model's Python and driver work leave the caches between two graph calls.
-Beside them, the tree manager's own check of the same static inputs on the backing's tensors
-(`torch._C._tensors_data_ptrs_at_indices_equal`, which every replay makes on plain CUDA too): the
-part of a replay's input handling that plain pays as well (CUDA builds of torch have it).
+Beside them, the tree manager's own check of the static inputs' addresses
+(`torch._C._tensors_data_ptrs_at_indices_equal`, which every replay makes), on the flagos tensors
+it gets and on backing tensors as plain CUDA gives it (CUDA builds of torch have it).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def main() -> None:
     static = [torch.randn(64, 64, device="flagos") for _ in range(args.inputs)]
     steps = [torch.zeros(1, 1, dtype=torch.long, device="flagos") for _ in range(NON_STATIC)]
     inputs = static + steps
-    graph_inputs = core().GraphInputs(list(range(len(inputs))), [i < args.inputs for i in range(len(inputs))])
+    graph_inputs = core().GraphInputs(list(range(args.inputs, len(inputs))))  # the non-static ones
     to_backing = graph_inputs.to_backing  # looked up once, as over_backing does
     convert = timed(lambda: to_backing(inputs))
     boundary = over_backing(stand_in, lambda a: (a[0] @ a[1],), list(range(args.inputs)))
@@ -100,8 +101,11 @@ def main() -> None:
     if same_pointers is not None:
         backing = [torch_fl.as_backing(t) for t in inputs]
         indices = list(range(args.inputs))
-        pointers = [backing[i].data_ptr() for i in indices]
-        check = timed(lambda: same_pointers(backing, pointers, indices))
+        pointers = [inputs[i].data_ptr() for i in indices]
+        check = {
+            side: timed(lambda given=given: same_pointers(given, pointers, indices))
+            for side, given in (("flagos", inputs), ("plain", backing))
+        }
     warmth = f"each call after a {args.evict_mib} MiB eviction, median" if args.evict_mib else "best"
     print(
         f"graph boundary, {args.inputs} static + {NON_STATIC} other inputs, one output "
@@ -110,7 +114,10 @@ def main() -> None:
     print(f"  input conversion (GraphInputs)  {convert:7.2f} us per call")
     print(f"  whole boundary, stand-in replay    {whole:7.2f} us per call")
     if same_pointers is not None:
-        print(f"  the tree manager's static check    {check:7.2f} us per call (plain pays it too)")
+        print(
+            f"  the tree manager's static check    {check['flagos']:7.2f} us per call "
+            f"(on backing tensors, as plain: {check['plain']:.2f})"
+        )
 
 
 if __name__ == "__main__":

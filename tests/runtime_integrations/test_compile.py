@@ -310,9 +310,9 @@ def test_over_backing_hands_the_graph_machinery_backing_tensors_and_the_model_fl
         torch.testing.assert_close(out[0], x @ w)
         assert out[1] == 1  # recorded with step 0: a replay returns the static outputs
     assert seen["model"] == [["flagos", "flagos"]] * 3
-    assert seen["machinery"] == [[BACKING, BACKING]] * 3
-    # the static input (position 1) reaches the machinery as one alias, kept across calls
-    assert all(alias is seen["static"][0] for alias in seen["static"])
+    assert seen["machinery"] == [[BACKING, "flagos"]] * 3
+    # the static input (position 1) reaches the machinery as the program's own tensor
+    assert all(static is w for static in seen["static"])
 
 
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
@@ -346,56 +346,72 @@ def test_an_output_over_a_static_input_shares_its_storage_on_both_sides_of_the_b
     assert machinery_saw_input_storage == [True, True]
 
 
-def _graph_inputs(count: int) -> object:
-    """GraphInputs over `count` tensors and a non-tensor after them, the first tensor kept."""
+@pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
+def test_a_recorded_output_over_a_static_input_comes_back_over_the_programs_storage(monkeypatch):
+    """Recording, the tree manager asserts that every output is a CUDA tensor and tells one over a
+    static input by its address; its replays return that same tensor, which the program gets back
+    as a tensor over its own parameter's storage."""
+    monkeypatch.setattr(inductor, "_recording", lambda: True)
+    recorded: list = []
+
+    def fake_cudagraphify(model, static_input_idxs=(), **kwargs):
+        def run(inputs):
+            if not recorded:
+                recorded.extend(model(inputs))
+            inputs.clear()
+            return list(recorded)
+
+        return run
+
+    def model(args):
+        (w,) = args
+        args.clear()
+        return (w.t(),)
+
+    run = inductor.over_backing(fake_cudagraphify, model, (0,))
+    w = torch.randn(4, 4, device="flagos")
+    for _ in range(2):
+        (transposed,) = run([w])
+        assert transposed.device.type == "flagos" and torch.equal(transposed.cpu(), w.t().cpu())
+        assert transposed.untyped_storage()._cdata == w.untyped_storage()._cdata
+    assert recorded[0].device.type == BACKING and recorded[0].data_ptr() == w.data_ptr()
+
+
+def _graph_inputs() -> object:
+    """GraphInputs that alias the input at position 1."""
     from torch_fl.runtime.device.core import core
 
-    return core().GraphInputs(list(range(count)), [i == 0 for i in range(count)])
-
-
-def _backing_inputs(graph_inputs: object, *tensors: torch.Tensor) -> list[torch.Tensor]:
-    """`tensors` and a non-tensor through `graph_inputs.to_backing`."""
-    inputs = [*tensors, 7]
-    converted = graph_inputs.to_backing(inputs)
-    assert converted[-1] == 7 and inputs[:-1] == list(tensors)  # the given list stays as it was
-    return converted[: len(tensors)]
+    return core().GraphInputs([1])
 
 
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
-def test_a_kept_alias_is_replaced_once_it_no_longer_aliases_its_input():
-    pair, single = _graph_inputs(2), _graph_inputs(1)
+def test_graph_inputs_alias_their_positions_and_pass_the_rest():
     w, x = torch.randn(4, 4, device="flagos"), torch.randn(3, device="flagos")
-    alias, x_alias = _backing_inputs(pair, w, x)
-    assert alias.device.type == x_alias.device.type == BACKING
-    again, x_again = _backing_inputs(pair, w, x)
-    assert again is alias and x_again is not x_alias  # only a kept position keeps its alias
-    (first,) = _backing_inputs(single, w)
-    (transposed,) = _backing_inputs(single, w.t())
-    assert transposed is not first and torch.equal(transposed.cpu(), w.t().cpu())  # other geometry
-    assert _backing_inputs(single, w.t())[0] is transposed
-    w.data = torch.randn(4, 4, device="flagos")  # other storage
-    (fresh,) = _backing_inputs(single, w)
-    assert fresh is not transposed and torch.equal(fresh.cpu(), w.cpu())
-    parameter = torch.nn.Parameter(torch.randn(2, device="flagos"))
-    assert torch.equal(_backing_inputs(single, parameter)[0].cpu(), parameter.detach().cpu())
-    with pytest.raises(TypeError, match="input 0 is not a tensor"):
-        single.to_backing([7])  # after a tensor's type was let through at that position
+    inputs = [w, x, 7]
+    converted = _graph_inputs().to_backing(inputs)
+    assert inputs == [w, x, 7]  # the given list stays as it was
+    assert converted[0] is w and converted[2] == 7
+    assert converted[1].device.type == BACKING and converted[1].data_ptr() == x.data_ptr()
+    assert torch.equal(converted[1].cpu(), x.cpu())
+    with pytest.raises(TypeError, match="input 1 is not a tensor"):
+        _graph_inputs().to_backing([w, 7])
 
 
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
-def test_graph_outputs_come_back_as_flagos_over_the_kept_inputs_storage():
+def test_graph_outputs_come_back_as_flagos_over_the_storage_they_alias():
     from torch_fl.runtime import as_backing
 
-    graph_inputs = _graph_inputs(1)
+    graph_inputs = _graph_inputs()
     w = torch.arange(6.0, device="flagos").view(2, 3)
-    (alias,) = _backing_inputs(graph_inputs, w)
+    alias = as_backing(w)
     assert graph_inputs.outputs_as_flagos((alias, 7)) == (alias, 7)  # no output positions yet
     graph_inputs.set_outputs([0, 2])
-    fresh = as_backing(torch.ones(2, device="flagos"))
+    fresh = as_backing(torch.ones(2, device="flagos")).clone()
     view, seven, other = graph_inputs.outputs_as_flagos((alias[1], 7, fresh))
     assert view.device.type == other.device.type == "flagos" and seven == 7
     assert view.untyped_storage()._cdata == w.untyped_storage()._cdata  # over the program's own storage
     assert view.tolist() == [3.0, 4.0, 5.0] and other.tolist() == [1.0, 1.0]
+    assert other.data_ptr() == fresh.data_ptr()  # an alias, not a copy
     assert isinstance(graph_inputs.outputs_as_flagos([alias, 7, fresh]), list)
     with pytest.raises(TypeError, match="output 2 is not a tensor"):
         graph_inputs.outputs_as_flagos((alias, 7, 8))
@@ -406,13 +422,11 @@ def test_graph_inputs_refuse_positions_outside_the_inputs_and_unordered_ones():
     from torch_fl.runtime.device.core import core
 
     with pytest.raises(IndexError, match="position 3 is outside the 1 inputs"):
-        core().GraphInputs([3], [True]).to_backing([torch.ones(1, device="flagos")])
+        core().GraphInputs([3]).to_backing([torch.ones(1, device="flagos")])
     with pytest.raises(ValueError, match="positions must be increasing"):
-        core().GraphInputs([1, 0], [True, False])
-    with pytest.raises(ValueError, match="one keep flag per position"):
-        core().GraphInputs([0], [])
+        core().GraphInputs([1, 0])
     with pytest.raises(IndexError, match="output 1 is missing"):
-        graph_inputs = core().GraphInputs([], [])
+        graph_inputs = core().GraphInputs([])
         graph_inputs.set_outputs([1])
         graph_inputs.outputs_as_flagos([torch.ones(1, device="flagos")])
 
@@ -427,21 +441,32 @@ def test_a_check_failing_in_the_core_raises_a_python_error():
 
 
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
-def test_a_kept_alias_holds_nothing_alive():
+def test_the_boundary_holds_no_static_input_alive():
     """A static input the program drops is freed at once, as on the backing: transformers makes a
-    new static KV cache per generate, and a kept alias that held the old one put the new one at
-    other addresses, so the CUDA graphs recorded over the old ones never replayed again."""
-    kept = _graph_inputs(1)
+    new static KV cache per generate, and one the boundary held would put the next at other
+    addresses, so the CUDA graphs recorded over the old ones would never replay again."""
+
+    def fake_cudagraphify(model, static_input_idxs=(), **kwargs):
+        def run(inputs):
+            return model(inputs)
+
+        return run
+
+    def model(args):
+        (cache,) = args
+        args.clear()
+        return (cache.sum(),)
+
+    run = inductor.over_backing(fake_cudagraphify, model, (0,))
     torch.flagos.synchronize()
     before = torch.flagos.memory_allocated()
     cache = torch.zeros(1 << 20, device="flagos")
-    (alias,) = _backing_inputs(kept, cache)
-    assert torch.flagos.memory_allocated() >= before + cache.nbytes
-    del alias, cache
+    (total,) = run([cache])
+    assert total.item() == 0 and torch.flagos.memory_allocated() >= before + cache.nbytes
+    del total, cache
     assert torch.flagos.memory_allocated() == before
-    replacement = torch.zeros(1 << 20, device="flagos")  # a new tensor, kept in the same place
-    (alias,) = _backing_inputs(kept, replacement)
-    assert torch.equal(alias.cpu(), replacement.cpu())
+    (total,) = run([torch.ones(1 << 20, device="flagos")])  # a new tensor in its place
+    assert total.item() == 1 << 20
 
 
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")

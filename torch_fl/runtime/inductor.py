@@ -25,7 +25,6 @@ import functools
 import importlib.abc
 import multiprocessing
 import sys
-import threading
 import warnings
 from collections.abc import Callable
 from types import ModuleType
@@ -475,14 +474,17 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
     """`cudagraphify(model, ...)` with the backing's tensors at its boundary, for flagos graphs.
 
     Both callables take inductor's boxed calling convention: one list of inputs, which the callee
-    empties. Each call hands the CUDA graph machinery (`cudagraphify`'s function) CUDA aliases of
-    the flagos inputs; `model` gets the program's own static inputs and flagos aliases of the other
-    inputs the machinery passes it (its own copies while recording, which become its graph's
-    inputs), and the outputs `model` gave as flagos tensors are handed back as flagos aliases of
-    what the machinery returns (on a replay, its graph's static outputs), over the program's own
-    storage where they lie over a static input (so they keep it alive). Which inputs are flagos
-    is read from the first call (a compiled graph's input devices are fixed by its guards); a graph
-    without flagos tensors goes through as is.
+    empties. The CUDA graph machinery (`cudagraphify`'s function) reads only the addresses of the
+    static inputs (parameters, buffers, static caches: most of a decode step's inputs) and keeps
+    them, so they cross as the program's own flagos tensors: no alias per call, and a `.data` swap
+    changes the address the machinery checks, as on the backing. The other flagos inputs, which the
+    machinery copies into its own buffers, cross as CUDA aliases, made per call. `model` gets flagos
+    tensors: the static inputs as given, flagos aliases of the others (the machinery's own copies
+    while recording, which become its graph's inputs). The outputs `model` gave as flagos tensors
+    are handed back as flagos aliases of what the machinery returns (on a replay, its graph's
+    static outputs), over the program's own storage where they lie over a static input. Which
+    inputs are flagos is read from the first call (a compiled graph's input devices are fixed by
+    its guards); a graph without flagos tensors goes through as is.
 
     One check of the tree manager does not reach through the boundary: when a later replay
     overwrites an output that the program still holds, CUDA raises on access to the stale tensor
@@ -494,17 +496,9 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
     if "constants" in kwargs:
         kwargs["constants"] = tuple(as_backing(c) if isinstance(c, torch.Tensor) else c for c in kwargs["constants"])
     flagos_inputs: list[int] = []  # positions of flagos tensors among the inputs
-    keep: list[bool] = []  # per flagos input: static (a parameter, buffer or static cache)
     wrapped: Callable[..., Any] | None = None
-    # The aliases of static inputs (the same tensors every call) are kept while they still alias
-    # their input: one check per call instead of a new alias. They hold nothing alive, so a static
-    # input the program replaces (transformers makes a new static cache per generate) is freed, and
-    # its replacement can take its addresses, as on plain CUDA: the graphs recorded over those
-    # addresses replay instead of recording again. A replay converts its inputs in one C++ call (a
-    # Python call per input was 1 us each).
     static = set(args[0] if args else kwargs.get("static_input_idxs", ()))
-    graph_inputs: Any = None  # core().GraphInputs over the flagos inputs, made at the first call
-    current = threading.local()  # .inputs: the flagos inputs of this thread's call in progress
+    graph_inputs: Any = None  # core().GraphInputs over the aliased inputs, made at the first call
     to_flagos = core().as_flagos
 
     def on_flagos(inputs: list[Any]) -> Any:
@@ -512,15 +506,12 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         given = list(inputs)
         inputs.clear()
         args = list(given)
-        call = current.inputs
-        for i, is_static in zip(flagos_inputs, keep):
-            # The program's own static tensor: outputs over it come back to the program over its
-            # storage (`graph_inputs.outputs_as_flagos`), and reach the machinery over the kept alias it gave.
-            args[i] = call[i] if is_static else to_flagos(args[i])
+        for i in flagos_inputs:
+            args[i] = to_flagos(args[i])  # a static input is flagos already, and stays itself
         outputs = model(args)
         flagos_outputs = [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.device.type == FLAGOS]
         graph_inputs.set_outputs(flagos_outputs)
-        convert = _shared_aliases(given, hand_to_backing)
+        convert = _shared_aliases(given, hand_to_backing, _recording())
         converted = list(outputs)
         for i in flagos_outputs:
             converted[i] = convert(converted[i])
@@ -532,26 +523,43 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
             flagos_inputs[:] = [
                 i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.device.type == FLAGOS
             ]
-            keep[:] = [i in static for i in flagos_inputs]
-            graph_inputs = core().GraphInputs(flagos_inputs, keep)
+            graph_inputs = core().GraphInputs([i for i in flagos_inputs if _crosses_as_alias(i, inputs[i], static)])
             wrapped = cudagraphify(on_flagos, *args, **kwargs)
-        current.inputs = given = list(inputs)
+        given = list(inputs)
         inputs.clear()
-        try:
-            return graph_inputs.outputs_as_flagos(wrapped(graph_inputs.to_backing(given)))
-        finally:
-            current.inputs = None
+        return graph_inputs.outputs_as_flagos(wrapped(graph_inputs.to_backing(given)))
 
     return run
 
 
-def _shared_aliases(given: list[Any], to_backing: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Any], Any]:
-    """Converts flagos outputs to backing tensors so that outputs over one buffer share one storage
-    object, and an output over an input's buffer shares the storage of the input the machinery
-    gave: the tree manager tells an output over an input's memory (not its pool's), and whether a
-    buffer is still alive, by storage object, where a zero-copy alias per output would make one.
-    Other outputs go through `to_backing` (`hand_to_backing` for the tree manager, which frees
-    outputs of its pool through the backing allocator's own deleter)."""
+def _crosses_as_alias(position: int, tensor: torch.Tensor, static: set[int]) -> bool:
+    """Whether a flagos input reaches the machinery as a CUDA alias: all but the static inputs, and
+    those the machinery makes non-static for being misaligned (it then copies them as it copies the
+    others, into CUDA buffers)."""
+    from torch._inductor.utils import ALIGNMENT
+
+    return position not in static or tensor.data_ptr() % ALIGNMENT != 0
+
+
+def _recording() -> bool:
+    """Whether the machinery is recording a CUDA graph (rather than warming up) on this thread."""
+    return registered() == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _shared_aliases(
+    given: list[Any], to_backing: Callable[[torch.Tensor], torch.Tensor], recording: bool = False
+) -> Callable[[Any], Any]:
+    """Converts flagos outputs for the machinery, given its inputs `given`, so that it tells an
+    output over an input's buffer as it does on the backing. Warming up, it tells one by storage
+    object: an output over a backing input shares that input's storage, and one over a static
+    input (a flagos tensor) stays the program's flagos tensor. Recording, it tells one by address
+    and asserts that every output is a CUDA tensor: an output over a static input becomes an owning
+    alias, which the replays return and `GraphInputs.outputs_as_flagos` turns back into a tensor
+    over the program's own storage. Outputs over one new buffer share one storage object, made by
+    `to_backing` (`hand_to_backing` for the tree manager, which frees outputs of its pool through
+    the backing allocator's own deleter)."""
+    from torch_fl.runtime import as_backing
+
     by_buffer = {
         x.untyped_storage().data_ptr(): x.untyped_storage()
         for x in given
@@ -566,6 +574,8 @@ def _shared_aliases(given: list[Any], to_backing: Callable[[torch.Tensor], torch
             if buffer:
                 by_buffer[buffer] = alias.untyped_storage()
             return alias
+        if storage.device.type == FLAGOS:
+            return as_backing(output) if recording else output
         view = torch.empty(0, dtype=output.dtype, device=storage.device)
         return view.set_(storage, output.storage_offset(), output.size(), output.stride())
 

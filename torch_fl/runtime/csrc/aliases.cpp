@@ -83,35 +83,11 @@ at::Tensor as_backing(const at::Tensor& t) {
   return owning_alias(t, to_backing(t.device()), backing().key, c10::GetAllocator(backing().type), false);
 }
 
-const at::Tensor& KeptAliases::alias(const at::Tensor& t, size_t slot) {
-  if (slot >= entries_.size()) entries_.resize(slot + 1);
-  std::optional<Entry>& entry = entries_[slot];
-  const c10::Storage& s = t.storage();
-  // The entry's storage is alive when it is `t`'s (the weak reference keeps its address from being
-  // reused while the entry lasts).
-  if (entry.has_value() && entry->source._unsafe_get_target() == s.unsafeGetStorageImpl()) {
-    const at::Tensor& a = entry->alias;
-    if (entry->data == s.data() && entry->nbytes == s.nbytes() && a.dtype() == t.dtype() &&
-        same_geometry(*a.unsafeGetTensorImpl(), *t.unsafeGetTensorImpl()) && a.is_conj() == t.is_conj() &&
-        a.is_neg() == t.is_neg()) {
-      return a;
-    }
-  }
-  // A borrowing alias of its own (not the route's pool): nothing frees or reuses it but this entry.
-  at::Tensor a = borrowing_alias(t, to_backing(t.device()), false);
-  if (entry.has_value()) slot_of_.erase(entry->alias.storage().unsafeGetStorageImpl());
-  slot_of_[a.storage().unsafeGetStorageImpl()] = slot;
-  entry = Entry{c10::weak_intrusive_ptr<c10::StorageImpl>(s.getWeakStorageImpl()), std::move(a), s.data(), s.nbytes()};
-  return entry->alias;
-}
-
-at::Tensor KeptAliases::as_flagos(const at::Tensor& t) const {
+at::Tensor as_flagos_over_source(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != backing().type) return t;
-  const auto found = slot_of_.find(t.storage().unsafeGetStorageImpl());
-  if (found != slot_of_.end()) {
-    if (auto source = entries_[found->second]->source.lock()) return rebase_view(t, c10::Storage(std::move(source)));
-  }
-  return torch_fl::as_flagos(t);
+  const c10::Storage* source = held_storage(t.storage().data_ptr());
+  if (source != nullptr && source->device_type() == kFlagos) return rebase_view(t, *source);
+  return as_flagos(t);
 }
 
 at::Tensor hand_to_backing(const at::Tensor& t) {

@@ -20,7 +20,6 @@
 #include <optional>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
 // The functions every routed call runs: grouped in the library's hot text section, so that a call
@@ -108,37 +107,10 @@ inline bool same_geometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
 // Owning alias: shares bytes and keeps the other tensor's storage alive (safe to hand out).
 at::Tensor as_backing(const at::Tensor& t);
 at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index = -1);
-// Backing aliases of the tensors a caller passes call after call (a compiled graph's parameters,
-// buffers and static caches), kept from one call to the next while they alias the same bytes with
-// the same geometry: one check per tensor instead of a new alias. An entry holds its tensor's
-// storage weakly and its alias borrows the bytes, so a kept alias is valid only while the tensor
-// it was made for is passed (use it within the call), and a tensor the program drops is freed as
-// on the backing: an owning alias kept here would hold it, and a replacement allocated meanwhile
-// would land at other addresses (a CUDA graph over static addresses then records again).
-class KeptAliases {
- public:
-  // The alias of `t` (a flagos tensor) kept in `slot`, or a new one kept there (valid until the
-  // slot's next call).
-  const at::Tensor& alias(const at::Tensor& t, size_t slot);
-  // A backing tensor as flagos: over its flagos tensor's own storage where it lies over a kept
-  // alias whose tensor is alive (an output over a static input keeps that input alive, as on the
-  // backing), otherwise an owning alias (as_flagos).
-  at::Tensor as_flagos(const at::Tensor& t) const;
-
- private:
-  struct Entry {
-    c10::weak_intrusive_ptr<c10::StorageImpl> source;
-    at::Tensor alias;
-    // The bytes the alias was made over, compared here rather than read from the alias's storage
-    // (one cache line less per tensor and call: between a model's graph calls it is a cold one).
-    const void* data = nullptr;
-    size_t nbytes = 0;
-  };
-  std::vector<std::optional<Entry>> entries_;
-  // The slot of each kept alias, by its storage; the entry holds the alias, so a key is never a
-  // freed and reused address.
-  std::unordered_map<const c10::StorageImpl*, size_t> slot_of_;
-};
+// A backing tensor as flagos: over the flagos storage it aliases where it is an owning alias of one
+// (as_backing's), so that a round trip ends on the program's own storage; otherwise an owning alias
+// (as_flagos).
+at::Tensor as_flagos_over_source(const at::Tensor& t);
 // A backing tensor over a flagos tensor's bytes that takes over their ownership: its storage frees
 // the buffer through the backing allocator's own deleter (which CUDA graph trees require of the
 // outputs they manage), and the flagos storage keeps it alive. An owning alias (as_backing) where

@@ -1,7 +1,10 @@
-// The inputs of a compiled flagos graph as the CUDA graph machinery takes them, converted before
-// every replay (torch_fl.runtime.inductor.over_backing). A decode step's graph has a parameter or
-// cache tensor per input, and between two graph calls a model's Python and driver work evict what
-// the conversion touches: it keeps per input what it would otherwise look up again.
+// The boundary of a compiled flagos graph under the CUDA graph machinery
+// (torch_fl.runtime.inductor.over_backing), crossed on every replay. The graph's static inputs (a
+// decode step's parameters and cache tensors, most of its inputs) cross as the program's own flagos
+// tensors: the machinery only reads their addresses. The others become backing aliases, which the
+// machinery copies into its own buffers; the outputs come back as flagos. One C++ call each way:
+// between two graph calls a model's Python and driver work leave the caches cold, and a Python loop
+// over the inputs costs about 1 us per input there.
 #include "backing.h"
 
 #include <torch/csrc/autograd/python_variable.h>
@@ -17,9 +20,7 @@ namespace {
 
 class GraphInputs {
  public:
-  GraphInputs(std::vector<Py_ssize_t> positions, const std::vector<bool>& keep)
-      : positions_(std::move(positions)), keep_(keep.begin(), keep.end()), held_(positions_.size()) {
-    if (keep_.size() != positions_.size()) throw py::value_error("GraphInputs: one keep flag per position");
+  explicit GraphInputs(std::vector<Py_ssize_t> positions) : positions_(std::move(positions)) {
     for (size_t k = 0; k < positions_.size(); ++k) {
       if (positions_[k] < 0 || (k > 0 && positions_[k] <= positions_[k - 1])) {
         throw py::value_error("GraphInputs: positions must be increasing and not negative");
@@ -27,22 +28,13 @@ class GraphInputs {
     }
   }
 
-  // `inputs` with the flagos tensor at each position replaced by a backing alias: the one kept for
-  // the position where it is kept (a static input), an owning one otherwise.
-  py::list to_backing(const py::list& inputs) {
+  // A new list: `inputs` with the flagos tensor at each position as an owning backing alias.
+  py::list to_backing(const py::list& inputs) const {
     PyObject* given = inputs.ptr();
     const Py_ssize_t size = PyList_GET_SIZE(given);
     if (!positions_.empty() && positions_.back() >= size) {
       throw py::index_error("GraphInputs: position " + std::to_string(positions_.back()) + " is outside the " +
                             std::to_string(size) + " inputs");
-    }
-    for (size_t k = 0; k < positions_.size(); ++k) {
-      // A Parameter's isinstance check goes through its metaclass: the type seen last is let through.
-      PyObject* item = PyList_GET_ITEM(given, positions_[k]);
-      if (Py_TYPE(item) != held_[k].type && !THPVariable_Check(item)) {
-        throw py::type_error("GraphInputs: input " + std::to_string(positions_[k]) + " is not a tensor");
-      }
-      held_[k].type = Py_TYPE(item);
     }
     py::list out(size);
     size_t k = 0;  // the next position
@@ -51,9 +43,14 @@ class GraphInputs {
       if (k == positions_.size() || positions_[k] != i) {
         Py_INCREF(item);
         PyList_SET_ITEM(out.ptr(), i, item);
-      } else {
-        PyList_SET_ITEM(out.ptr(), i, alias(item, k++));
+        continue;
       }
+      ++k;
+      if (!THPVariable_Check(item))
+        throw py::type_error("GraphInputs: input " + std::to_string(i) + " is not a tensor");
+      PyObject* alias = THPVariable_Wrap(as_backing(THPVariable_Unpack(item)));
+      if (alias == nullptr) throw py::error_already_set();
+      PyList_SET_ITEM(out.ptr(), i, alias);
     }
     return out;
   }
@@ -61,9 +58,9 @@ class GraphInputs {
   // The positions of flagos tensors among the graph's outputs (known once it has run on flagos).
   void set_outputs(std::vector<Py_ssize_t> positions) { outputs_ = std::move(positions); }
 
-  // `outputs` (a list or tuple) with the backing tensors at the output positions as flagos, over the
-  // program's own storage where they lie over a kept alias (KeptAliases::as_flagos): one call
-  // instead of a Python loop, which between a model's graph calls runs from cold caches.
+  // `outputs` (a list or tuple) with the backing tensors at the output positions as flagos: over the
+  // program's own storage where the machinery returns an alias of a static input
+  // (as_flagos_over_source), an owning alias otherwise.
   py::object outputs_as_flagos(const py::object& outputs) const {
     if (outputs_.empty()) return outputs;
     const bool is_tuple = PyTuple_Check(outputs.ptr());
@@ -76,7 +73,7 @@ class GraphInputs {
       PyObject* item = PyList_GET_ITEM(converted.ptr(), i);
       if (!THPVariable_Check(item))
         throw py::type_error("GraphInputs: output " + std::to_string(i) + " is not a tensor");
-      PyObject* flagos = THPVariable_Wrap(kept_.as_flagos(THPVariable_Unpack(item)));
+      PyObject* flagos = THPVariable_Wrap(as_flagos_over_source(THPVariable_Unpack(item)));
       if (flagos == nullptr) throw py::error_already_set();
       PyList_SetItem(converted.ptr(), i, flagos);  // takes `flagos`, lets go of the backing tensor
     }
@@ -84,33 +81,7 @@ class GraphInputs {
   }
 
  private:
-  // A new reference to the backing alias of `item`, the tensor at position `k`.
-  PyObject* alias(PyObject* item, size_t k) {
-    Held& held = held_[k];
-    const at::Tensor& t = THPVariable_Unpack(item);
-    if (!keep_[k]) {
-      PyObject* alias = THPVariable_Wrap(as_backing(t));
-      if (alias == nullptr) throw py::error_already_set();
-      return alias;
-    }
-    const at::Tensor& kept = kept_.alias(t, k);
-    // The alias's Python object is held with it, so that it is not looked up (or made) again.
-    if (held.alias.ptr() == nullptr ||
-        THPVariable_Unpack(held.alias.ptr()).unsafeGetTensorImpl() != kept.unsafeGetTensorImpl()) {
-      held.alias = py::reinterpret_steal<py::object>(THPVariable_Wrap(kept));
-      if (held.alias.ptr() == nullptr) throw py::error_already_set();
-    }
-    return held.alias.inc_ref().ptr();
-  }
-
-  struct Held {
-    PyTypeObject* type = nullptr;  // the Python type of the position's last input
-    py::object alias;              // the Python object of the position's kept alias
-  };
   std::vector<Py_ssize_t> positions_;
-  std::vector<char> keep_;
-  KeptAliases kept_;
-  std::vector<Held> held_;
   std::vector<Py_ssize_t> outputs_;
 };
 
@@ -118,18 +89,16 @@ class GraphInputs {
 
 void bind_graph_inputs(py::module_& m) {
   py::class_<GraphInputs>(m, "GraphInputs",
-                          "the flagos inputs of a compiled graph, at `positions`, as backing aliases for the CUDA "
-                          "graph machinery: kept from one call to the next where `keep` says so (static inputs), "
-                          "while they alias the same bytes; kept aliases hold nothing alive")
-      .def(py::init<std::vector<Py_ssize_t>, const std::vector<bool>&>(), py::arg("positions"), py::arg("keep"))
+                          "a compiled graph's boundary with the CUDA graph machinery: the flagos inputs at "
+                          "`positions` as backing aliases, the flagos outputs back as flagos")
+      .def(py::init<std::vector<Py_ssize_t>>(), py::arg("positions"))
       .def("to_backing", &GraphInputs::to_backing, py::arg("inputs"),
-           "a new list: `inputs` with the flagos tensors at the positions as backing aliases (a kept one is "
-           "valid while the call lasts)")
+           "a new list: `inputs` with the flagos tensors at the positions as owning backing aliases")
       .def("set_outputs", &GraphInputs::set_outputs, py::arg("positions"),
            "the positions of flagos tensors among the graph's outputs")
       .def("outputs_as_flagos", &GraphInputs::outputs_as_flagos, py::arg("outputs"),
            "`outputs` (a list or tuple) with the tensors at the output positions as flagos, over the program's "
-           "own storage where they lie over a kept alias");
+           "own storage where they alias it");
 }
 
 }  // namespace torch_fl
