@@ -525,9 +525,9 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
             ]
             graph_inputs = core().GraphInputs([i for i in flagos_inputs if _crosses_as_alias(i, inputs[i], static)])
             wrapped = cudagraphify(on_flagos, *args, **kwargs)
-        given = list(inputs)
+        converted = graph_inputs.to_backing(inputs)  # a new list
         inputs.clear()
-        return graph_inputs.outputs_as_flagos(wrapped(graph_inputs.to_backing(given)))
+        return graph_inputs.outputs_as_flagos(wrapped(converted))
 
     return run
 
