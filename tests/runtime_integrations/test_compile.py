@@ -346,6 +346,17 @@ def test_an_output_over_a_static_input_shares_its_storage_on_both_sides_of_the_b
     assert machinery_saw_input_storage == [True, True]
 
 
+def _over_one_static_input(cudagraphify, fn):
+    """`over_backing` around a graph of one static input that returns `fn` of it."""
+
+    def model(args):
+        (x,) = args
+        args.clear()
+        return (fn(x),)
+
+    return inductor.over_backing(cudagraphify, model, (0,))
+
+
 @pytest.mark.skipif(not ACTIVE, reason="flagos is not active in this process")
 def test_a_recorded_output_over_a_static_input_comes_back_over_the_programs_storage(monkeypatch):
     """Recording, the tree manager asserts that every output is a CUDA tensor and tells one over a
@@ -363,12 +374,7 @@ def test_a_recorded_output_over_a_static_input_comes_back_over_the_programs_stor
 
         return run
 
-    def model(args):
-        (w,) = args
-        args.clear()
-        return (w.t(),)
-
-    run = inductor.over_backing(fake_cudagraphify, model, (0,))
+    run = _over_one_static_input(fake_cudagraphify, torch.t)
     w = torch.randn(4, 4, device="flagos")
     for _ in range(2):
         (transposed,) = run([w])
@@ -447,17 +453,9 @@ def test_the_boundary_holds_no_static_input_alive():
     addresses, so the CUDA graphs recorded over the old ones would never replay again."""
 
     def fake_cudagraphify(model, static_input_idxs=(), **kwargs):
-        def run(inputs):
-            return model(inputs)
+        return model
 
-        return run
-
-    def model(args):
-        (cache,) = args
-        args.clear()
-        return (cache.sum(),)
-
-    run = inductor.over_backing(fake_cudagraphify, model, (0,))
+    run = _over_one_static_input(fake_cudagraphify, torch.sum)
     torch.flagos.synchronize()
     before = torch.flagos.memory_allocated()
     cache = torch.zeros(1 << 20, device="flagos")
