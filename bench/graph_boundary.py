@@ -111,7 +111,7 @@ def main() -> None:
         f"graph boundary, {args.inputs} static + {NON_STATIC} other inputs, one output "
         f"({torch_fl.active_platform().name}, torch {torch.__version__}; {warmth} of {args.rounds} x {calls} calls):"
     )
-    print(f"  input conversion (GraphInputs)  {convert:7.2f} us per call")
+    print(f"  input conversion (GraphInputs)     {convert:7.2f} us per call")
     print(f"  whole boundary, stand-in replay    {whole:7.2f} us per call")
     if same_pointers is not None:
         print(

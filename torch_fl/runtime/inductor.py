@@ -511,7 +511,7 @@ def over_backing(cudagraphify: Callable[..., Any], model: Callable[..., Any], *a
         outputs = model(args)
         flagos_outputs = [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.device.type == FLAGOS]
         graph_inputs.set_outputs(flagos_outputs)
-        convert = _shared_aliases(given, hand_to_backing, _recording())
+        convert = _shared_aliases(given, hand_to_backing, recording=_recording())
         converted = list(outputs)
         for i in flagos_outputs:
             converted[i] = convert(converted[i])
@@ -547,7 +547,7 @@ def _recording() -> bool:
 
 
 def _shared_aliases(
-    given: list[Any], to_backing: Callable[[torch.Tensor], torch.Tensor], recording: bool = False
+    given: list[Any], to_backing: Callable[[torch.Tensor], torch.Tensor], *, recording: bool
 ) -> Callable[[Any], Any]:
     """Converts flagos outputs for the machinery, given its inputs `given`, so that it tells an
     output over an input's buffer as it does on the backing. Warming up, it tells one by storage
