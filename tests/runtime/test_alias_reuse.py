@@ -63,6 +63,26 @@ def test_list_ops_in_place_after_inference_mode(same: Callable[..., None]) -> No
         same(torch.stack(torch._foreach_add(fl, 1.0)), torch.stack(torch._foreach_add(cpu, 1.0)))
 
 
+def test_a_tensor_at_one_position_of_two_lists_shares_its_alias(same: Callable[..., None]) -> None:
+    # A list op's later list reads the alias its earlier list got for the same tensor at the same
+    # position: in place (written, then read), out of place, three lists, partly repeated, and a
+    # repeat at another position (not shared).
+    g = torch.Generator().manual_seed(2)
+    cpu, fl = _pairs(*(torch.randn(3, 5, generator=g) for _ in range(4)))
+    grads_cpu, grads_fl = _pairs(*(torch.randn(3, 5, generator=g) for _ in range(4)))
+    for lists in ((fl, fl), (cpu, cpu)):
+        torch._foreach_add_(*lists, alpha=0.5)
+    same(torch.stack(torch._foreach_add(fl, fl)), torch.stack(torch._foreach_add(cpu, cpu)))
+    torch._foreach_addcmul_(fl, grads_fl, grads_fl, value=0.1)
+    torch._foreach_addcmul_(cpu, grads_cpu, grads_cpu, value=0.1)
+    partly_fl, partly_cpu = [fl[0], *grads_fl[1:]], [cpu[0], *grads_cpu[1:]]
+    torch._foreach_mul_(fl, partly_fl)
+    torch._foreach_mul_(cpu, partly_cpu)
+    same(torch.stack(torch._foreach_add(fl, fl[::-1])), torch.stack(torch._foreach_add(cpu, cpu[::-1])))
+    for f, c in zip(fl, cpu, strict=True):
+        same(f, c)
+
+
 def test_aliases_cross_inference_mode_to_be_read_and_normal_ones_to_be_written(same: Callable[..., None]) -> None:
     # An alias made in inference mode may serve a read outside it but not a write (it has no
     # version counter to bump); one made outside may serve either in either mode.

@@ -98,6 +98,13 @@ void write_back(Swap& s);
 at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index);
 std::vector<at::Tensor> flagos_members(const at::Tensor& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index);
 
+// A list argument's flagos tensors and the aliases a call passes for them, by position.
+struct ListAliases {
+  const at::Tensor* tensors = nullptr;
+  const at::Tensor* aliases = nullptr;
+  size_t size = 0;
+};
+
 // The native route's view of the arguments: zero-copy backing aliases, remembered for the results
 // and handed back for reuse when the call is over.
 struct NativeArguments {
@@ -110,6 +117,8 @@ struct NativeArguments {
   // The flagos arguments outlive the call (the unboxed route's own arguments): swaps point at them.
   bool arguments_outlive_call = false;
   bool any_written = false;  // a swap is written back after the call
+  uint8_t lists_ahead = 1;    // list arguments still to be borrowed (at least 1)
+  ListAliases last_list;      // the last list argument borrowed
 
   NativeArguments() = default;
   NativeArguments(const NativeArguments&) = delete;

@@ -12,6 +12,7 @@
 #include <ATen/core/boxing/KernelFunction.h>
 #include <c10/core/CompileTimeFunctionPointer.h>
 
+#include <algorithm>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -99,14 +100,30 @@ struct Pass<const std::optional<at::Tensor>&> {
 };
 
 // The tensors of a list, flagos ones as their aliases, all borrowed (a Tensor(a!)[] list is written
-// back after the call).
+// back after the call). A tensor that the list before it held at the same position, read here,
+// shares the alias it got there: a foreach op's x + x, or the gradients that addcmul takes twice.
 class BorrowedList {
  public:
   template <class List>
   BorrowedList(const List& list, NativeArguments& args, Arg kind) {
+    const bool written = kind == Arg::kWriteList;
     values_.reserve(list.size());
-    args.swaps.reserve(args.swaps.size() + list.size());  // a foreach list would regrow it twice
-    for (const at::Tensor& t : list) values_.push_back(borrowed_alias(t, args, kind == Arg::kWriteList));
+    // Room for this list and the ones after it at once: growing the swaps moves every one made.
+    args.swaps.reserve(args.swaps.size() + list.size() * args.lists_ahead);
+    args.lists_ahead = std::max<uint8_t>(args.lists_ahead - 1, 1);
+    const ListAliases& before = args.last_list;
+    size_t i = 0;
+    for (const at::Tensor& t : list) {
+      const bool repeated =
+          !written && i < before.size && before.tensors[i].unsafeGetTensorImpl() == t.unsafeGetTensorImpl();
+      values_.push_back(repeated ? Borrowed::createBorrow(before.aliases[i]) : borrowed_alias(t, args, written));
+      ++i;
+    }
+    if constexpr (std::is_same_v<List, at::TensorList>) {
+      args.last_list = {list.data(), values_.data(), list.size()};  // both outlive the call
+    } else {
+      args.last_list = {};
+    }
   }
   BorrowedList(BorrowedList&&) noexcept = default;  // leaves the other empty
   BorrowedList& operator=(BorrowedList&&) = delete;
@@ -201,6 +218,8 @@ struct Unboxed;
 template <class Op, class R, class... A>
 struct Unboxed<Op, R(A...)> {
   static_assert(!HasReferenceElement<R>::value, "ops returning tuples of references stay on the boxed route");
+  static constexpr int kLists =
+      ((std::is_same_v<A, at::TensorList> || std::is_same_v<A, const at::ITensorListRef&>) + ... + 0);
 
   static const c10::OperatorHandle& handle() {
     static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
@@ -235,6 +254,7 @@ struct Unboxed<Op, R(A...)> {
   TORCH_FL_HOT static R native(A&... a) {
     NativeArguments args;  // declared first: its aliases return to the pool after the passes let go
     args.arguments_outlive_call = true;
+    args.lists_ahead = std::max(kLists, 1);
     size_t i = 0;
     std::tuple<Pass<A>...> passes{Pass<A>(a, args, info().args[i++])...};
     args.check_operands();
@@ -269,10 +289,13 @@ void serve_unboxed(std::vector<c10::RegistrationHandleRAII>& handles) {
   auto& dispatcher = c10::Dispatcher::singleton();
   const c10::OperatorName name(Op::name, Op::overload_name);
   auto op = dispatcher.findOp(name);
-  // Only where the native route would serve the op anyway: the backing has a kernel of its own
-  // (where it has only a composite, the composite runs on flagos) and flagos none.
+  // Where flagos has no kernel and the backing has one of its own, or a CompositeExplicitAutograd
+  // one, which runs whole on the aliases as it would on the backing (the host's foreach ops: one
+  // routed call instead of one per tensor, through the same list path as on a CUDA backing). Where
+  // the backing has only a CompositeImplicitAutograd kernel, it runs on flagos, for autograd.
   if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
-      !op->hasKernelForDispatchKey(backing().key)) {
+      !(op->hasKernelForDispatchKey(backing().key) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd))) {
     return;
   }
   handles.push_back(dispatcher.registerImpl(
