@@ -15,7 +15,8 @@ On a CUDA backing each timed loop ends with a synchronisation, so queued GPU wor
 Ops: add, mm and two views on square float32 operands (--size); `add 2+4d`, two adds whose operands
 alternate between 2-D and 4-D shapes, as a model's consecutive ops do; a cast to bfloat16 (what
 autocast adds before each matmul); one decode step's attention (scaled_dot_product_attention, batch 1, 16
-heads, 1 query, 256 keys, head_dim 64); a foreach add over 8 tensors (an optimizer's update).
+heads, 1 query, 256 keys, head_dim 64); a foreach add over 8 tensors that reads one list twice,
+and `foreach_`, one in place over two lists of 8 (an optimizer's update: no tensor repeats).
 The delta of an op is native minus plain within each round (the two ran back to back), its median
 over the rounds with a 95% bootstrap interval. Targets (TARGET_US): on CUDA at most +0.3 us per
 add, mm or cast and +0.1 us per foreach tensor; on the host at most +0.5 us per add; a view at most
@@ -53,7 +54,13 @@ from side_processes import median_interval  # noqa: E402
 FOREACH_TENSORS = 8
 # The native route's delta over the plain backing that an op should stay within, in us, per backing.
 TARGET_US = {
-    "cuda": {"add": 0.3, "mm": 0.3, "cast": 0.3, "foreach": 0.1 * FOREACH_TENSORS},
+    "cuda": {
+        "add": 0.3,
+        "mm": 0.3,
+        "cast": 0.3,
+        "foreach": 0.1 * FOREACH_TENSORS,
+        "foreach_": 0.1 * FOREACH_TENSORS,
+    },
     "cpu": {"add": 0.5},
 }
 TARGET_US_ANY_BACKING = {"x[0]": 0.2, "x.t()": 0.2, "sdpa q1": 2.0}
@@ -122,7 +129,7 @@ def _host(result: object) -> object:
 
 def operands(size: int) -> dict:
     """The ops' operands on the host (seeded): square `size` float32 matrices, a decode step's
-    attention inputs and a foreach list."""
+    attention inputs and two foreach lists."""
     torch.manual_seed(0)
     return {
         "a": torch.randn(size, size),
@@ -131,8 +138,9 @@ def operands(size: int) -> dict:
         "q": torch.randn(1, 16, 1, 64),
         "k": torch.randn(1, 16, 256, 64),
         "v": torch.randn(1, 16, 256, 64),
-        # an optimizer's foreach update over a few parameters
+        # an optimizer's foreach update over a few parameters and their gradients
         "params": [torch.randn(size, size) for _ in range(FOREACH_TENSORS)],
+        "grads": [torch.randn(size, size) for _ in range(FOREACH_TENSORS)],
     }
 
 
@@ -148,6 +156,7 @@ OPS: dict[str, Callable[[dict], object]] = {
     "cast": lambda t: t["a"].to(torch.bfloat16),  # what autocast adds before each matmul
     "sdpa q1": lambda t: F.scaled_dot_product_attention(t["q"], t["k"], t["v"]),
     "foreach": lambda t: torch._foreach_add(t["params"], t["params"], alpha=1e-3),
+    "foreach_": lambda t: torch._foreach_add_(t["params"], t["grads"], alpha=1e-3),
 }
 
 

@@ -219,7 +219,7 @@ template <class Op, class R, class... A>
 struct Unboxed<Op, R(A...)> {
   static_assert(!HasReferenceElement<R>::value, "ops returning tuples of references stay on the boxed route");
   static constexpr int kLists =
-      ((std::is_same_v<A, at::TensorList> || std::is_same_v<A, const at::ITensorListRef&>) + ... + 0);
+      ((std::is_same_v<A, at::TensorList> || std::is_same_v<A, const at::ITensorListRef&>)+... + 0);
 
   static const c10::OperatorHandle& handle() {
     static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
