@@ -39,14 +39,6 @@ at::Tensor owning_alias(const at::Tensor& t, c10::Device device, c10::DispatchKe
   return wrap(t, hold_storage(t.storage(), device), t.storage().nbytes(), key, a, resizable);
 }
 
-// A borrowing alias: the bytes of `t` labelled `device`, with no keep-alive. `resizable` through the
-// backing allocator where a kernel may grow it (an out= argument).
-at::Tensor borrowing_alias(const at::Tensor& t, c10::Device device, bool resizable) {
-  const c10::Storage& s = t.storage();
-  return wrap(t, c10::DataPtr(s.mutable_data(), device), s.nbytes(), backing().key, c10::GetAllocator(backing().type),
-              resizable);
-}
-
 }  // namespace
 
 c10::DataPtr hold_storage(const c10::Storage& s, c10::Device device) {
@@ -114,8 +106,61 @@ at::Tensor as_flagos(const at::Tensor& t, c10::DeviceIndex host_index) {
 
 namespace {
 
-// The pooled alias `alias` made over `t`'s bytes, with `t`'s geometry unless it has it already.
-void reset_alias(c10::TensorImpl* alias, const at::Tensor& t, c10::Device device, bool same_shape) {
+// A borrowing alias, which the pool hands from call to call. It takes each argument's geometry as a
+// copy of the argument's sizes, strides and contiguity flags, which the argument's own
+// computation already settled: TensorImpl's setters recompute the flags from the sizes and strides,
+// which in a model, where consecutive ops take different shapes, cost more than the rest of a
+// borrow. (The fields are protected: a subclass sets its own.)
+class PooledAlias final : public c10::TensorImpl {
+ public:
+  using TensorImpl::TensorImpl;
+
+  // `t`'s geometry (a dense tensor with TensorImpl's default size and stride policy, as flagos's are),
+  // unless the alias has it already: a call that passes the same shapes again finds them.
+  void take_geometry(const c10::TensorImpl& t) {
+    if (same_geometry(*this, t)) return;
+    sizes_and_strides_ = ImplFields::geometry(t);
+    storage_offset_ = ImplFields::offset(t);
+    numel_ = t.numel();
+    is_contiguous_ = t.is_contiguous();
+    is_non_overlapping_and_dense_ = t.is_non_overlapping_and_dense();
+    // Only ranks 4 and 5 have channels-last flags (TensorImpl's own refresh clears them for the
+    // others), which spares most arguments four reads of them.
+    const size_t rank = sizes_and_strides_.size();
+    const bool rank_4_or_5 = rank == 4 || rank == 5;
+    is_channels_last_contiguous_ = rank_4_or_5 && t.is_contiguous(c10::MemoryFormat::ChannelsLast);
+    is_channels_last_ = rank_4_or_5 && t.is_strides_like(c10::MemoryFormat::ChannelsLast);
+    is_channels_last_3d_contiguous_ = rank == 5 && t.is_contiguous(c10::MemoryFormat::ChannelsLast3d);
+    is_channels_last_3d_ = rank == 5 && t.is_strides_like(c10::MemoryFormat::ChannelsLast3d);
+  }
+};
+
+// The lazy conjugate and negative bits of `t` on `alias`: rarely set on either side, so checked
+// once for both.
+void take_lazy_bits(c10::TensorImpl* alias, const c10::TensorImpl& t) {
+  constexpr c10::DispatchKeySet lazy_bits({c10::DispatchKey::Conjugate, c10::DispatchKey::Negative});
+  if (C10_UNLIKELY((alias->key_set() | t.key_set()).has_any(lazy_bits))) {
+    if (alias->is_conj() != t.is_conj()) alias->_set_conj(t.is_conj());
+    if (alias->is_neg() != t.is_neg()) alias->_set_neg(t.is_neg());
+  }
+}
+
+// A new borrowing alias: the bytes of `t` labelled `device`, with no keep-alive, resizable through
+// the backing allocator (an out= kernel may grow it; the caller then moves the new buffer into the
+// flagos storage). Not TensorImpl's VIEW constructor, for the reason like_over gives.
+at::Tensor borrowing_alias(const at::Tensor& t, c10::Device device) {
+  const c10::Storage& s = t.storage();
+  c10::Storage storage(c10::Storage::use_byte_size_t(), s.nbytes(), c10::DataPtr(s.mutable_data(), device),
+                       c10::GetAllocator(backing().type), true);
+  auto alias = at::detail::make_tensor<PooledAlias>(std::move(storage), backing().keys, t.dtype());
+  auto* impl = static_cast<PooledAlias*>(alias.unsafeGetTensorImpl());
+  impl->take_geometry(*t.unsafeGetTensorImpl());
+  take_lazy_bits(impl, *t.unsafeGetTensorImpl());
+  return alias;
+}
+
+// The pooled alias `alias` made over `t`'s bytes, dtype and geometry.
+void reset_alias(PooledAlias* alias, const at::Tensor& t, c10::Device device) {
   const c10::Storage& s = t.storage();
   c10::StorageImpl* si = alias->unsafe_storage().unsafeGetStorageImpl();  // a plain strided alias of ours
   // mutable_data() first: it gives a lazily cloned buffer its own bytes before any kernel writes.
@@ -128,78 +173,44 @@ void reset_alias(c10::TensorImpl* alias, const at::Tensor& t, c10::Device device
     si->set_nbytes(s.nbytes());
   }
   if (alias->dtype() != t.dtype()) ImplFields::set_dtype(*alias, t.dtype());
-  if (!same_shape) alias->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  // The lazy conjugate and negative bits: rarely set on either side, so checked once for both.
-  constexpr c10::DispatchKeySet lazy_bits({c10::DispatchKey::Conjugate, c10::DispatchKey::Negative});
-  if (C10_UNLIKELY((alias->key_set() | t.key_set()).has_any(lazy_bits))) {
-    if (alias->is_conj() != t.is_conj()) alias->_set_conj(t.is_conj());
-    if (alias->is_neg() != t.is_neg()) alias->_set_neg(t.is_neg());
-  }
-}
-
-// The bucket of a geometry, from the few fields that tell a model's shapes apart (the rank, the
-// last size, the outermost stride, which is most of the element count of a contiguous tensor, and
-// the offset): it is computed once per routed argument, and a bucket's entries are compared in
-// full anyway.
-size_t geometry_bucket(const c10::TensorImpl& t) {
-  const c10::impl::SizesAndStrides& g = ImplFields::geometry(t);
-  const size_t n = g.size();
-  uint64_t h = n * 0x94D049BB133111EBULL + static_cast<uint64_t>(ImplFields::offset(t));
-  if (n > 0) {
-    h ^= static_cast<uint64_t>(g.sizes_data()[n - 1]) * 0x9E3779B97F4A7C15ULL;
-    h ^= static_cast<uint64_t>(g.strides_data()[0]) * 0xBF58476D1CE4E5B9ULL;
-  }
-  return static_cast<size_t>((h ^ (h >> 31)) * 0x9E3779B97F4A7C15ULL >> 58);  // 64 buckets
+  alias->take_geometry(*t.unsafeGetTensorImpl());
+  take_lazy_bits(alias, *t.unsafeGetTensorImpl());
 }
 
 }  // namespace
 
 // Borrowing aliases handed back after their call, reused by this thread's next borrows: making and
 // tearing down a TensorImpl and a StorageImpl per argument is most of what the native route adds per
-// tensor (the optimizer's foreach ops take every parameter in each of their lists). They are kept by
-// geometry: giving an alias another geometry recomputes its contiguity, the largest cost of a routed
-// call inside a model, whose consecutive ops take different shapes; and every layer repeats its
-// shapes, so each call finds aliases its shapes had in the layer before.
+// tensor (the optimizer's foreach ops take every parameter in each of their lists). A stack: a call
+// hands its aliases back in the reverse of the order it borrowed them, so a call that passes the
+// same tensors again gets each the alias that already points at its bytes.
 class AliasPool {
  public:
-  static constexpr size_t kBuckets = 64;
   static constexpr size_t kMaxAliases = 512;
 
-  // A pooled alias usable for `t` on `device` (as a written argument where `written`): one with `t`'s
-  // geometry (`same_shape` set) if its bucket has one, else another from a nearby bucket, else
+  // A pooled alias usable for an argument on `device` (as a written argument where `written`), or
   // undefined.
-  at::Tensor take(const c10::TensorImpl& t, c10::Device device, bool written, bool& same_shape, uint8_t& home) {
-    home = static_cast<uint8_t>(geometry_bucket(t));
-    std::vector<at::Tensor>& bucket = buckets_[home];
-    // Shapes that share a bucket are few: the newest entries are enough to look at.
-    for (size_t i = bucket.size(), seen = 0; i-- > 0 && seen < kLookedAt; ++seen) {
-      const at::Tensor& a = bucket[i];
-      if (same_geometry(*a.unsafeGetTensorImpl(), t) && usable(a, device, written)) {
-        same_shape = true;
-        return pop(bucket, i);
-      }
-    }
-    for (size_t k = 0; k < kProbed; ++k) {
-      std::vector<at::Tensor>& other = buckets_[(home + k) % kBuckets];
-      if (!other.empty() && usable(other.back(), device, written)) {
-        same_shape = false;
-        return pop(other, other.size() - 1);
+  at::Tensor take(c10::Device device, bool written) {
+    for (size_t i = aliases_.size(), seen = 0; i-- > 0 && seen < kLookedAt; ++seen) {
+      if (usable(aliases_[i], device, written)) {
+        if (i + 1 != aliases_.size()) std::swap(aliases_[i], aliases_.back());
+        at::Tensor a = std::move(aliases_.back());
+        aliases_.pop_back();
+        return a;
       }
     }
     return {};
   }
 
-  // Keeps a reusable alias (the caller checked that nothing else holds it) in `bucket`, while there
-  // is room.
-  void put(at::Tensor&& alias, uint8_t bucket) {
-    if (size_ >= kMaxAliases) return;
-    buckets_[bucket % kBuckets].push_back(std::move(alias));
-    ++size_;
+  // Keeps a reusable alias (the caller checked that nothing else holds it), while there is room.
+  void put(at::Tensor&& alias) {
+    if (aliases_.size() < kMaxAliases) aliases_.push_back(std::move(alias));
   }
 
  private:
+  // Aliases of other devices, or made in inference mode, are few: the newest entries are enough to
+  // look at.
   static constexpr size_t kLookedAt = 4;
-  static constexpr size_t kProbed = 8;
 
   // An alias made in inference mode has no version counter, which a kernel writing to it outside
   // inference mode would bump and refuse: it serves a written argument only in inference mode (the
@@ -209,16 +220,8 @@ class AliasPool {
   static bool usable(const at::Tensor& a, c10::Device device, bool written) {
     return a.device() == device && (!written || !a.is_inference() || c10::InferenceMode::is_enabled());
   }
-  at::Tensor pop(std::vector<at::Tensor>& bucket, size_t i) {
-    if (i + 1 != bucket.size()) std::swap(bucket[i], bucket.back());
-    at::Tensor a = std::move(bucket.back());
-    bucket.pop_back();
-    --size_;
-    return a;
-  }
 
-  std::array<std::vector<at::Tensor>, kBuckets> buckets_;
-  size_t size_ = 0;
+  std::vector<at::Tensor> aliases_;
 };
 
 namespace {
@@ -249,19 +252,17 @@ C10_NOINLINE AliasPool& first_alias_pool() {
 
 TORCH_FL_HOT Borrower::Borrower() : pool_(C10_LIKELY(t_alias_pool != nullptr) ? *t_alias_pool : first_alias_pool()) {}
 
-TORCH_FL_HOT at::Tensor Borrower::borrow(const at::Tensor& t, uint8_t& bucket, bool written) {
+TORCH_FL_HOT at::Tensor Borrower::borrow(const at::Tensor& t, bool written) {
   const c10::Device device = to_backing(t.device());
-  bool same_shape = false;
-  at::Tensor alias = pool_.take(*t.unsafeGetTensorImpl(), device, written, same_shape, bucket);
+  at::Tensor alias = pool_.take(device, written);
   if (alias.defined()) {
-    reset_alias(alias.unsafeGetTensorImpl(), t, device, same_shape);
+    reset_alias(static_cast<PooledAlias*>(alias.unsafeGetTensorImpl()), t, device);  // the pool holds only these
     return alias;
   }
-  // Resizable: an out= kernel may grow it; the caller then moves the new buffer into the flagos storage.
-  return borrowing_alias(t, device, true);
+  return borrowing_alias(t, device);
 }
 
-TORCH_FL_HOT void Borrower::give_back(at::Tensor&& alias, uint8_t bucket) {
+TORCH_FL_HOT void Borrower::give_back(at::Tensor&& alias) {
   c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
   const c10::Storage& storage = impl->unsafe_storage();  // a plain strided alias of ours
   // Reused only when the kernel kept no reference to it or its storage and left its metadata
@@ -274,7 +275,7 @@ TORCH_FL_HOT void Borrower::give_back(at::Tensor&& alias, uint8_t bucket) {
   if (!si->resizable() || si->allocator() != c10::GetAllocator(backing().type)) return;
   // The alias keeps its pointer while pooled: nothing reads it before the next borrow confirms or
   // replaces it, and one that serves the same bytes again need not set it.
-  pool_.put(std::move(alias), bucket);
+  pool_.put(std::move(alias));
 }
 
 std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Tensor>& t) {

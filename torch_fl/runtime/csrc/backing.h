@@ -123,19 +123,12 @@ class Borrower {
  public:
   Borrower();
   // A borrowing alias: no keep-alive, only valid while `t` lives (used inside one kernel call), which
-  // the kernel may write where `written`. `bucket` is where the pool keeps aliases of `t`'s geometry,
-  // for give_back.
-  at::Tensor borrow(const at::Tensor& t, uint8_t& bucket, bool written);
-  // One that is not handed back (the callers that keep no bucket), taken as if written: the kernels
-  // they call are not sorted into readers and writers.
-  at::Tensor borrow(const at::Tensor& t) {
-    uint8_t bucket = 0;
-    return borrow(t, bucket, true);
-  }
-  // Hands a borrowed alias back after its call, for reuse (kept only when nothing else holds it),
-  // into the bucket its borrow gave. (A kernel that restrided it leaves it in a bucket of another
-  // geometry: found there only when nothing of its own shape is, and restrided again then.)
-  void give_back(at::Tensor&& alias, uint8_t bucket);
+  // the kernel may write where `written`.
+  at::Tensor borrow(const at::Tensor& t, bool written);
+  // One taken as if written, for callers whose kernels are not sorted into readers and writers.
+  at::Tensor borrow(const at::Tensor& t) { return borrow(t, true); }
+  // Hands a borrowed alias back after its call, for reuse (kept only when nothing else holds it).
+  void give_back(at::Tensor&& alias);
 
  private:
   AliasPool& pool_;

@@ -159,12 +159,11 @@ at::Tensor NativeArguments::sparse_tensor(const at::Tensor& t, bool written) {
 
 TORCH_FL_HOT size_t NativeArguments::dense(const at::Tensor& t, bool written) {
   note_device(index, t);
-  uint8_t bucket = 0;
-  at::Tensor alias = borrower.borrow(t, bucket, written);
+  at::Tensor alias = borrower.borrow(t, written);
   c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
   c10::StorageImpl* si = impl->unsafe_storage().unsafeGetStorageImpl();
   swaps.emplace_back(impl, si, const_cast<void*>(si->data()), &t, arguments_outlive_call ? at::Tensor() : t, written,
-                     bucket, std::move(alias));
+                     std::move(alias));
   any_written = any_written || written;
   return swaps.size() - 1;
 }

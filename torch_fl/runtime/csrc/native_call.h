@@ -64,7 +64,6 @@ struct Swap {
   const at::Tensor* argument;
   at::Tensor kept;
   bool written;
-  uint8_t bucket;  // where the alias pool takes the alias back
   at::Tensor alias;
   const at::Tensor& original() const { return kept.defined() ? kept : *argument; }
 };
@@ -124,9 +123,9 @@ struct NativeArguments {
   NativeArguments(const NativeArguments&) = delete;
   NativeArguments& operator=(const NativeArguments&) = delete;
   TORCH_FL_HOT ~NativeArguments() {
-    // Last borrowed, first handed back: the pool hands out its newest alias of a geometry first, so
-    // a call that passes the same tensors again gets each the alias that already points at its bytes.
-    for (auto s = swaps.rbegin(); s != swaps.rend(); ++s) borrower.give_back(std::move(s->alias), s->bucket);
+    // Last borrowed, first handed back: the pool is a stack, so a call that passes the same tensors
+    // again gets each the alias that already points at its bytes.
+    for (auto s = swaps.rbegin(); s != swaps.rend(); ++s) borrower.give_back(std::move(s->alias));
   }
 
   // The backing alias of a flagos argument (dense or sparse), kept for the results and the write-back.

@@ -78,13 +78,12 @@ at::Tensor& copy(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   if (self.is_same(src)) return self;
   Borrower borrower;
   const bool to_flagos = is_flagos(self), from_flagos = is_flagos(src);
-  uint8_t target_bucket = 0, source_bucket = 0;
-  at::Tensor target = to_flagos ? borrower.borrow(self, target_bucket, true) : self;
-  at::Tensor source = from_flagos ? borrower.borrow(src, source_bucket, false) : src;
+  at::Tensor target = to_flagos ? borrower.borrow(self, true) : self;
+  at::Tensor source = from_flagos ? borrower.borrow(src, false) : src;
   at::_ops::copy_::redispatch(backing().keys, target, source, non_blocking);
   // Last borrowed, first handed back, as the native route does: a repeated copy gets each alias back.
-  if (from_flagos) borrower.give_back(std::move(source), source_bucket);
-  if (to_flagos) borrower.give_back(std::move(target), target_bucket);
+  if (from_flagos) borrower.give_back(std::move(source));
+  if (to_flagos) borrower.give_back(std::move(target));
   return self;
 }
 
