@@ -32,6 +32,33 @@ def test_each_reuse_takes_the_new_arguments_geometry_and_dtype(same: Callable[..
             same(torch.cat([f.flatten(), f.flatten()[:3]]), torch.cat([c.flatten(), c.flatten()[:3]]))
 
 
+def test_each_reuse_takes_the_new_arguments_memory_format(same: Callable[..., None]) -> None:
+    # A pooled alias copies each argument's contiguity flags: a kernel that reads them (the output
+    # layout of an elementwise op, a convolution's algorithm) must see the argument's, whatever the
+    # alias last served.
+    g = torch.Generator().manual_seed(3)
+    x4 = torch.randn(2, 3, 4, 5, generator=g)
+    x5 = torch.randn(2, 3, 4, 5, 6, generator=g)
+    weight = torch.randn(4, 3, 3, 3, generator=g)
+    cpu, fl = _pairs(
+        x4.contiguous(memory_format=torch.channels_last),
+        x4,
+        x5.contiguous(memory_format=torch.channels_last_3d),
+        torch.randn(3, 4, 5, generator=g),
+        x5,
+        x4.contiguous(memory_format=torch.channels_last),
+    )
+    for _ in range(2):
+        for c, f in zip(cpu, fl, strict=True):
+            result, expected = f * 2, c * 2
+            same(result, expected)
+            assert result.stride() == expected.stride()
+            if c.dim() == 4:
+                out, ref = torch.nn.functional.conv2d(f, weight.to("flagos")), torch.nn.functional.conv2d(c, weight)
+                same(out, ref)
+                assert out.stride() == ref.stride()
+
+
 def test_aliases_of_one_shape_take_each_calls_dtype_and_lazy_bits(same: Callable[..., None]) -> None:
     # The pool keeps aliases by geometry: one shape's alias serves arguments that differ in dtype
     # and in the lazy conjugate and negative bits, which each reuse must set or clear.
