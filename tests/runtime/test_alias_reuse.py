@@ -60,8 +60,8 @@ def test_each_reuse_takes_the_new_arguments_memory_format(same: Callable[..., No
 
 
 def test_aliases_of_one_shape_take_each_calls_dtype_and_lazy_bits(same: Callable[..., None]) -> None:
-    # The pool keeps aliases by geometry: one shape's alias serves arguments that differ in dtype
-    # and in the lazy conjugate and negative bits, which each reuse must set or clear.
+    # A pooled alias serves arguments of one shape that differ in dtype and in the lazy conjugate
+    # and negative bits, which each reuse must set or clear.
     g = torch.Generator().manual_seed(1)
     z = torch.randn(4, 5, dtype=torch.complex64, generator=g)
     x = torch.randn(4, 5, generator=g)

@@ -116,7 +116,6 @@ struct NativeArguments {
   // The flagos arguments outlive the call (the unboxed route's own arguments): swaps point at them.
   bool arguments_outlive_call = false;
   bool any_written = false;  // a swap is written back after the call
-  uint8_t lists_ahead = 1;   // list arguments still to be borrowed (at least 1)
   ListAliases last_list;     // the last list argument borrowed
 
   NativeArguments() = default;

@@ -12,7 +12,6 @@
 #include <ATen/core/boxing/KernelFunction.h>
 #include <c10/core/CompileTimeFunctionPointer.h>
 
-#include <algorithm>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -108,9 +107,6 @@ class BorrowedList {
   BorrowedList(const List& list, NativeArguments& args, Arg kind) {
     const bool written = kind == Arg::kWriteList;
     values_.reserve(list.size());
-    // Room for this list and the ones after it at once: growing the swaps moves every one made.
-    args.swaps.reserve(args.swaps.size() + list.size() * args.lists_ahead);
-    args.lists_ahead = std::max<uint8_t>(args.lists_ahead - 1, 1);
     const ListAliases& before = args.last_list;
     size_t i = 0;
     for (const at::Tensor& t : list) {
@@ -135,6 +131,16 @@ class BorrowedList {
  private:
   std::vector<at::Tensor> values_;
 };
+
+// The most swaps an argument makes: one per tensor of a list, one for anything else.
+template <class T>
+size_t swaps_at_most(const T& value) {
+  if constexpr (std::is_same_v<T, at::TensorList> || std::is_same_v<T, at::ITensorListRef>) {
+    return value.size();
+  } else {
+    return 1;
+  }
+}
 
 template <class List>
 bool any_sparse(const List& list) {
@@ -218,8 +224,8 @@ struct Unboxed;
 template <class Op, class R, class... A>
 struct Unboxed<Op, R(A...)> {
   static_assert(!HasReferenceElement<R>::value, "ops returning tuples of references stay on the boxed route");
-  static constexpr int kLists =
-      ((std::is_same_v<A, at::TensorList> || std::is_same_v<A, const at::ITensorListRef&>)+... + 0);
+  static constexpr bool kTakesList =
+      ((std::is_same_v<A, at::TensorList> || std::is_same_v<A, const at::ITensorListRef&>) || ...);
 
   static const c10::OperatorHandle& handle() {
     static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
@@ -254,7 +260,9 @@ struct Unboxed<Op, R(A...)> {
   TORCH_FL_HOT static R native(A&... a) {
     NativeArguments args;  // declared first: its aliases return to the pool after the passes let go
     args.arguments_outlive_call = true;
-    args.lists_ahead = std::max(kLists, 1);
+    // Room for every swap at once: growing the swaps moves every one made (a foreach op's lists
+    // would regrow them twice).
+    if constexpr (kTakesList) args.swaps.reserve((swaps_at_most(a) + ...));
     size_t i = 0;
     std::tuple<Pass<A>...> passes{Pass<A>(a, args, info().args[i++])...};
     args.check_operands();
