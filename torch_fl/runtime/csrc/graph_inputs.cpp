@@ -10,8 +10,12 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/extension.h>
 
+#include <string>
 #include <vector>
 
+// Errors are raised as pybind11's own exceptions: a c10::Error thrown out of these methods crashed
+// the interpreter on the H100 board (torch 2.11, Python 3.12), with or without the module's
+// translator, where the host raised the translated error.
 namespace torch_fl {
 namespace {
 
@@ -19,8 +23,9 @@ class GraphInputs {
  public:
   explicit GraphInputs(std::vector<Py_ssize_t> positions) : positions_(std::move(positions)) {
     for (size_t k = 0; k < positions_.size(); ++k) {
-      TORCH_CHECK_VALUE(positions_[k] >= 0 && (k == 0 || positions_[k] > positions_[k - 1]),
-                        "GraphInputs: positions must be increasing and not negative");
+      if (positions_[k] < 0 || (k > 0 && positions_[k] <= positions_[k - 1])) {
+        throw py::value_error("GraphInputs: positions must be increasing and not negative");
+      }
     }
   }
 
@@ -28,8 +33,10 @@ class GraphInputs {
   py::list to_backing(const py::list& inputs) const {
     PyObject* given = inputs.ptr();
     const Py_ssize_t size = PyList_GET_SIZE(given);
-    TORCH_CHECK_INDEX(positions_.empty() || positions_.back() < size, "GraphInputs: position ", positions_.back(),
-                      " is outside the ", size, " inputs");
+    if (!positions_.empty() && positions_.back() >= size) {
+      throw py::index_error("GraphInputs: position " + std::to_string(positions_.back()) + " is outside the " +
+                            std::to_string(size) + " inputs");
+    }
     py::list out(size);
     size_t k = 0;  // the next position
     for (Py_ssize_t i = 0; i < size; ++i) {
@@ -40,7 +47,8 @@ class GraphInputs {
         continue;
       }
       ++k;
-      TORCH_CHECK_TYPE(THPVariable_Check(item), "GraphInputs: input ", i, " is not a tensor");
+      if (!THPVariable_Check(item))
+        throw py::type_error("GraphInputs: input " + std::to_string(i) + " is not a tensor");
       PyObject* alias = THPVariable_Wrap(as_backing(THPVariable_Unpack(item)));
       if (alias == nullptr) throw py::error_already_set();
       PyList_SET_ITEM(out.ptr(), i, alias);
@@ -57,12 +65,15 @@ class GraphInputs {
   py::object outputs_as_flagos(const py::object& outputs) const {
     if (outputs_.empty()) return outputs;
     const bool is_tuple = PyTuple_Check(outputs.ptr());
-    TORCH_CHECK_TYPE(is_tuple || PyList_Check(outputs.ptr()), "GraphInputs: outputs must be a list or a tuple");
+    if (!is_tuple && !PyList_Check(outputs.ptr()))
+      throw py::type_error("GraphInputs: outputs must be a list or a tuple");
     py::list converted(outputs);
     for (const Py_ssize_t i : outputs_) {
-      TORCH_CHECK_INDEX(i < PyList_GET_SIZE(converted.ptr()), "GraphInputs: output ", i, " is missing");
+      if (i >= PyList_GET_SIZE(converted.ptr()))
+        throw py::index_error("GraphInputs: output " + std::to_string(i) + " is missing");
       PyObject* item = PyList_GET_ITEM(converted.ptr(), i);
-      TORCH_CHECK_TYPE(THPVariable_Check(item), "GraphInputs: output ", i, " is not a tensor");
+      if (!THPVariable_Check(item))
+        throw py::type_error("GraphInputs: output " + std::to_string(i) + " is not a tensor");
       PyObject* flagos = THPVariable_Wrap(as_flagos_over_source(THPVariable_Unpack(item)));
       if (flagos == nullptr) throw py::error_already_set();
       PyList_SetItem(converted.ptr(), i, flagos);  // takes `flagos`, lets go of the backing tensor
