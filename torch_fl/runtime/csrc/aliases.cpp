@@ -145,18 +145,14 @@ void take_lazy_bits(c10::TensorImpl* alias, const c10::TensorImpl& t) {
   }
 }
 
-// A new borrowing alias: the bytes of `t` labelled `device`, with no keep-alive, resizable through
-// the backing allocator (an out= kernel may grow it; the caller then moves the new buffer into the
-// flagos storage). Not TensorImpl's VIEW constructor, for the reason like_over gives.
-at::Tensor borrowing_alias(const at::Tensor& t, c10::Device device) {
-  const c10::Storage& s = t.storage();
-  c10::Storage storage(c10::Storage::use_byte_size_t(), s.nbytes(), c10::DataPtr(s.mutable_data(), device),
+// A new borrowing alias, empty: a borrow fills it from its argument as it does a reused one
+// (reset_alias). Resizable through the backing allocator: an out= kernel may grow it, and the caller
+// then moves the new buffer into the flagos storage. Not TensorImpl's VIEW constructor, for the
+// reason like_over gives.
+at::Tensor new_alias(c10::Device device, caffe2::TypeMeta dtype) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device),
                        c10::GetAllocator(backing().type), true);
-  auto alias = at::detail::make_tensor<PooledAlias>(std::move(storage), backing().keys, t.dtype());
-  auto* impl = static_cast<PooledAlias*>(alias.unsafeGetTensorImpl());
-  impl->take_geometry(*t.unsafeGetTensorImpl());
-  take_lazy_bits(impl, *t.unsafeGetTensorImpl());
-  return alias;
+  return at::detail::make_tensor<PooledAlias>(std::move(storage), backing().keys, dtype);
 }
 
 // The pooled alias `alias` made over `t`'s bytes, dtype and geometry.
@@ -255,11 +251,9 @@ TORCH_FL_HOT Borrower::Borrower() : pool_(C10_LIKELY(t_alias_pool != nullptr) ? 
 TORCH_FL_HOT at::Tensor Borrower::borrow(const at::Tensor& t, bool written) {
   const c10::Device device = to_backing(t.device());
   at::Tensor alias = pool_.take(device, written);
-  if (alias.defined()) {
-    reset_alias(static_cast<PooledAlias*>(alias.unsafeGetTensorImpl()), t, device);  // the pool holds only these
-    return alias;
-  }
-  return borrowing_alias(t, device);
+  if (!alias.defined()) alias = new_alias(device, t.dtype());
+  reset_alias(static_cast<PooledAlias*>(alias.unsafeGetTensorImpl()), t, device);  // the pool holds only these
+  return alias;
 }
 
 TORCH_FL_HOT void Borrower::give_back(at::Tensor&& alias) {
