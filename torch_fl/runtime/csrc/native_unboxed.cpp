@@ -132,10 +132,15 @@ class BorrowedList {
   std::vector<at::Tensor> values_;
 };
 
+// Parameter types that pass a list of tensors.
+template <class T>
+constexpr bool kIsList =
+    std::is_same_v<std::decay_t<T>, at::TensorList> || std::is_same_v<std::decay_t<T>, at::ITensorListRef>;
+
 // The most swaps an argument makes: one per tensor of a list, one for anything else.
 template <class T>
 size_t swaps_at_most(const T& value) {
-  if constexpr (std::is_same_v<T, at::TensorList> || std::is_same_v<T, at::ITensorListRef>) {
+  if constexpr (kIsList<T>) {
     return value.size();
   } else {
     return 1;
@@ -224,8 +229,7 @@ struct Unboxed;
 template <class Op, class R, class... A>
 struct Unboxed<Op, R(A...)> {
   static_assert(!HasReferenceElement<R>::value, "ops returning tuples of references stay on the boxed route");
-  static constexpr bool kTakesList =
-      ((std::is_same_v<A, at::TensorList> || std::is_same_v<A, const at::ITensorListRef&>) || ...);
+  static constexpr bool kTakesList = (kIsList<A> || ...);
 
   static const c10::OperatorHandle& handle() {
     static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
