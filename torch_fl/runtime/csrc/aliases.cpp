@@ -127,29 +127,41 @@ class PooledAlias final : public c10::TensorImpl {
     // Only ranks 4 and 5 have channels-last flags (TensorImpl's own refresh clears them for the
     // others), which spares most arguments four reads of them.
     const size_t rank = sizes_and_strides_.size();
-    const bool rank_4_or_5 = rank == 4 || rank == 5;
-    is_channels_last_contiguous_ = rank_4_or_5 && t.is_contiguous(c10::MemoryFormat::ChannelsLast);
-    is_channels_last_ = rank_4_or_5 && t.is_strides_like(c10::MemoryFormat::ChannelsLast);
+    if (rank == 4 || rank == 5) {
+      take_channels_last_flags(t, rank);
+    } else {
+      is_channels_last_contiguous_ = is_channels_last_ = false;
+      is_channels_last_3d_contiguous_ = is_channels_last_3d_ = false;
+    }
+  }
+
+ private:
+  // Out of line: most of a model's arguments have another rank.
+  C10_NOINLINE void take_channels_last_flags(const c10::TensorImpl& t, size_t rank) {
+    is_channels_last_contiguous_ = t.is_contiguous(c10::MemoryFormat::ChannelsLast);
+    is_channels_last_ = t.is_strides_like(c10::MemoryFormat::ChannelsLast);
     is_channels_last_3d_contiguous_ = rank == 5 && t.is_contiguous(c10::MemoryFormat::ChannelsLast3d);
     is_channels_last_3d_ = rank == 5 && t.is_strides_like(c10::MemoryFormat::ChannelsLast3d);
   }
 };
 
+TORCH_FL_COLD void copy_lazy_bits(c10::TensorImpl* alias, const c10::TensorImpl& t) {
+  if (alias->is_conj() != t.is_conj()) alias->_set_conj(t.is_conj());
+  if (alias->is_neg() != t.is_neg()) alias->_set_neg(t.is_neg());
+}
+
 // The lazy conjugate and negative bits of `t` on `alias`: rarely set on either side, so checked
 // once for both.
 void take_lazy_bits(c10::TensorImpl* alias, const c10::TensorImpl& t) {
   constexpr c10::DispatchKeySet lazy_bits({c10::DispatchKey::Conjugate, c10::DispatchKey::Negative});
-  if (C10_UNLIKELY((alias->key_set() | t.key_set()).has_any(lazy_bits))) {
-    if (alias->is_conj() != t.is_conj()) alias->_set_conj(t.is_conj());
-    if (alias->is_neg() != t.is_neg()) alias->_set_neg(t.is_neg());
-  }
+  if (C10_UNLIKELY((alias->key_set() | t.key_set()).has_any(lazy_bits))) copy_lazy_bits(alias, t);
 }
 
 // A new borrowing alias, empty: a borrow fills it from its argument as it does a reused one
 // (reset_alias). Resizable through the backing allocator: an out= kernel may grow it, and the caller
 // then moves the new buffer into the flagos storage. Not TensorImpl's VIEW constructor, for the
-// reason like_over gives.
-at::Tensor new_alias(c10::Device device, caffe2::TypeMeta dtype) {
+// reason like_over gives. Cold: once a model runs, its calls find aliases in the pool.
+TORCH_FL_COLD at::Tensor new_alias(c10::Device device, caffe2::TypeMeta dtype) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device),
                        c10::GetAllocator(backing().type), true);
   return at::detail::make_tensor<PooledAlias>(std::move(storage), backing().keys, dtype);
@@ -277,13 +289,32 @@ std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Ten
   return borrow_as_backing(*t);
 }
 
+namespace {
+
+// A host buffer relabelled as flagos: its bytes count in the flagos statistics of the device.
+C10_NOINLINE void track_adopted_host_bytes(c10::StorageImpl* si, c10::DeviceIndex index) {
+  const size_t n = si->nbytes();
+  c10::DataPtr inner = si->set_data_ptr(c10::DataPtr(nullptr, si->device()));
+  si->set_data_ptr_noswap(track_host(std::move(inner), n, index));
+}
+
+TORCH_FL_COLD void change_backend_keys(c10::TensorImpl* impl, c10::Device device) {
+  impl->_change_backend_component_keys(device);
+}
+
+TORCH_FL_COLD at::Tensor alias_as_flagos(const at::Tensor& t, c10::DeviceIndex host_index) {
+  return as_flagos(t, host_index);
+}
+
+}  // namespace
+
 TORCH_FL_HOT at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_index) {
   if (!t.defined() || t.device().type() != backing().type) return std::move(t);
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  const c10::Storage& storage = impl->storage();
-  if (t.use_count() != 1 || storage.use_count() != 1 || !storage.resizable() || !impl->allow_tensor_metadata_change() ||
-      impl->pyobj_slot()->load_pyobj() != nullptr) {
-    return as_flagos(t, host_index);
+  const c10::Storage& storage = impl->unsafe_storage();  // a backing kernel's dense result
+  if (C10_UNLIKELY(t.use_count() != 1 || storage.use_count() != 1 || !storage.resizable() ||
+                   !impl->allow_tensor_metadata_change() || impl->pyobj_slot()->load_pyobj() != nullptr)) {
+    return alias_as_flagos(t, host_index);
   }
   // Nobody else sees this tensor or its buffer: relabel both in place instead of aliasing (no
   // keep-alive object, no new TensorImpl, and the CUDA caching allocator keeps ownership so
@@ -294,9 +325,7 @@ TORCH_FL_HOT at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_in
   c10::StorageImpl* si = storage.unsafeGetStorageImpl();
   const auto dev = to_flagos(t.device(), host_index);
   if (host_backed()) {
-    const size_t n = si->nbytes();
-    c10::DataPtr inner = si->set_data_ptr(c10::DataPtr(nullptr, si->device()));
-    si->set_data_ptr_noswap(track_host(std::move(inner), n, dev.index()));
+    track_adopted_host_bytes(si, dev.index());
   } else {
     si->mutable_data_ptr().unsafe_set_device(dev);
   }
@@ -308,7 +337,7 @@ TORCH_FL_HOT at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_in
   if (C10_LIKELY(keys.highestBackendKey() == backing().backend)) {
     keys = (keys - backing().backend_keys).remove_backend(backing().backend) | backing().flagos_backend_keys;
   } else {
-    impl->_change_backend_component_keys(dev);
+    change_backend_keys(impl, dev);
   }
   return std::move(t);
 }

@@ -25,6 +25,9 @@
 // The functions every routed call runs: grouped in the library's hot text section, so that a call
 // touches fewer instruction-cache lines and pages (in a model they are evicted between calls).
 #define TORCH_FL_HOT __attribute__((hot))
+// The rare branches of those functions, out of line in the cold text section: a routed call then
+// reads only the cache lines of the branches it takes (in a model, each line is a miss).
+#define TORCH_FL_COLD __attribute__((cold, noinline))
 
 namespace torch_fl {
 

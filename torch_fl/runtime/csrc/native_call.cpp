@@ -130,11 +130,18 @@ std::vector<at::Tensor> flagos_members(const at::Tensor& t, c10::SmallVectorImpl
   return members;
 }
 
+namespace {
+
+TORCH_FL_COLD at::Tensor sparse_flagos_result(const at::Tensor& t, c10::SmallVectorImpl<Swap>& swaps,
+                                              c10::DeviceIndex index) {
+  return with_sparse_members(t, flagos_members(t, swaps, index), c10::Device(kFlagos, index));
+}
+
+}  // namespace
+
 TORCH_FL_HOT at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Swap>& swaps, c10::DeviceIndex index) {
   if (!t.defined() || t.device().type() != backing().type) return std::move(t);
-  if (is_sparse_layout(t)) {
-    return with_sparse_members(t, flagos_members(t, swaps, index), c10::Device(kFlagos, index));
-  }
+  if (C10_UNLIKELY(is_sparse_layout(t))) return sparse_flagos_result(t, swaps, index);
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   // Each swap holds its alias and so the alias's storage: a result nothing else holds is new.
   if (t.use_count() == 1 && impl->storage().use_count() == 1) return adopt_as_flagos(std::move(t), index);

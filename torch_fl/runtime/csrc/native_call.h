@@ -161,12 +161,13 @@ struct NativeArguments {
 // after it has closed, so their device time stays with the aten op (as on the backing itself)
 // rather than with a route event wrapped around the launch.
 // Without a profiler or other observer nothing is built: this runs on every routed call.
+TORCH_FL_COLD inline void record_native_route(at::StepCallbacks&& step) {
+  at::RecordFunction event(std::move(step));
+  event.before("flagos.route.native");
+}
 TORCH_FL_HOT inline void mark_native_route() {
   auto step = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
-  if (C10_UNLIKELY(step.has_value())) {
-    at::RecordFunction event(std::move(*step));
-    event.before("flagos.route.native");
-  }
+  if (C10_UNLIKELY(step.has_value())) record_native_route(std::move(*step));
 }
 
 // Serves the hottest ops (native_unboxed.cpp) with the native route in their own signature,

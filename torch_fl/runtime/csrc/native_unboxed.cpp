@@ -254,6 +254,11 @@ struct Unboxed<Op, R(A...)> {
         tally(facts.native_calls, -1);
       }
     }
+    return boxed(std::forward<A>(a)...);
+  }
+
+  // The boxed route, for the calls above that this one leaves to it.
+  TORCH_FL_COLD static R boxed(A... a) {
     return c10::impl::BoxedKernelWrapper<R(A...)>::call(c10::BoxedKernel::makeFromFunction<&native_route>(), handle(),
                                                         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                         std::forward<A>(a)...);

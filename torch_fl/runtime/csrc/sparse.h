@@ -9,7 +9,12 @@
 
 namespace torch_fl {
 
-inline bool is_sparse_layout(const at::Tensor& t) { return t.defined() && t.layout() != at::kStrided; }
+// Any layout but strided: what TensorImpl::layout() tests first, read from the key set alone (the
+// routes ask it per tensor argument, and layout() itself is not inlined into the core).
+C10_ALWAYS_INLINE bool is_sparse_layout(const at::Tensor& t) {
+  constexpr c10::DispatchKeySet not_strided = c10::sparse_ks | c10::sparse_csr_ks | c10::mkldnn_ks;
+  return t.defined() && t.unsafeGetTensorImpl()->key_set().has_any(not_strided);
+}
 // COO: {indices, values}; compressed layouts: {compressed indices, plain indices, values}.
 std::vector<at::Tensor> sparse_members(const at::Tensor& t);
 // A sparse tensor on `device` with the layout, sizes, dtype and flags of `like` over `members`.
