@@ -143,14 +143,15 @@ TORCH_FL_HOT at::Tensor to_flagos_result(at::Tensor&& t, c10::SmallVectorImpl<Sw
   if (!t.defined() || t.device().type() != backing().type) return std::move(t);
   if (C10_UNLIKELY(is_sparse_layout(t))) return sparse_flagos_result(t, swaps, index);
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const c10::Storage& storage = impl->unsafe_storage();  // a dense backing result
   // Each swap holds its alias and so the alias's storage: a result nothing else holds is new.
-  if (t.use_count() == 1 && impl->storage().use_count() == 1) return adopt_as_flagos(std::move(t), index);
+  if (t.use_count() == 1 && storage.use_count() == 1) return adopt_as_flagos(std::move(t), index);
   for (auto& s : swaps) {
     if (s.alias_impl == impl) return s.original();  // in-place and out= ops return their argument
   }
-  const c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
   for (auto& s : swaps) {
-    if (s.alias_storage == storage) return rebase_view(t, s.original().storage());  // a view of an input
+    if (s.alias_storage == storage.unsafeGetStorageImpl())
+      return rebase_view(t, s.original().storage());  // a view of an input
   }
   return adopt_as_flagos(std::move(t), index);
 }

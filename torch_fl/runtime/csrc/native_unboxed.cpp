@@ -12,6 +12,7 @@
 #include <ATen/core/boxing/KernelFunction.h>
 #include <c10/core/CompileTimeFunctionPointer.h>
 
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -223,6 +224,12 @@ T flagos_value(T&& value, NativeArguments& args, c10::DeviceIndex index) {
 
 // ---- the kernel
 
+// An in-place op (its name ends in _) leaves its written arguments' geometry and buffers as they
+// were: PyTorch refuses one whose result would need another shape. Only out= overloads may resize
+// or restride what they write, so only theirs are written back.
+template <class Op>
+constexpr bool kWritesInPlace = std::string_view(Op::name).ends_with('_');
+
 template <class Op, class Signature = typename Op::schema>
 struct Unboxed;
 
@@ -241,7 +248,8 @@ struct Unboxed<Op, R(A...)> {
     return facts;
   }
 
-  TORCH_FL_HOT static R call(A... a) {
+  // Inlined into the dispatcher's thunk for the kernel, which otherwise only calls it.
+  TORCH_FL_HOT C10_ALWAYS_INLINE static R call(A... a) {
     OpInfo& facts = info();
     if (facts.backing_has_kernel && !facts.force_cpu.load(std::memory_order_relaxed) && !(Pass<A>::sparse(a) || ...)) {
       tally(facts.native_calls);
@@ -277,10 +285,10 @@ struct Unboxed<Op, R(A...)> {
     args.check_operands();
     if constexpr (std::is_void_v<R>) {
       backing_call(passes);
-      args.write_back_written();
+      if constexpr (!kWritesInPlace<Op>) args.write_back_written();
     } else {
       decltype(auto) r = backing_call(passes);
-      args.write_back_written();
+      if constexpr (!kWritesInPlace<Op>) args.write_back_written();
       if constexpr (std::is_reference_v<R>) {
         return original_result<R>(r, passes);
       } else {
