@@ -75,6 +75,23 @@ def test_a_view_result_shares_the_flagos_storage(same: Callable[..., None]) -> N
     same(x, before.cpu() * 2)
 
 
+def test_an_in_place_op_leaves_its_argument_as_it_was_laid_out(same: Callable[..., None]) -> None:
+    # The unboxed route writes back only out= arguments: an in-place op keeps its argument's
+    # geometry and lazy conjugate bit, which the argument must still show after the call.
+    x = torch.randn(4, 6, device="flagos")
+    view = x.t()[1:3]
+    layout = (view.size(), view.stride(), view.storage_offset())
+    expected = view.cpu() * 2
+    assert view.mul_(2) is view
+    assert (view.size(), view.stride(), view.storage_offset()) == layout
+    same(view, expected)
+    c = torch.randn(3, dtype=torch.complex64)
+    flagos_c = c.to("flagos").conj()
+    flagos_c.mul_(2j)
+    assert flagos_c.is_conj()
+    same(flagos_c, c.conj() * 2j)
+
+
 def test_forced_cpu_route_still_applies(force_cpu_route: Callable[[str], None], same: Callable[..., None]) -> None:
     force_cpu_route("aten::mm")
     a = torch.randn(3, 3)
