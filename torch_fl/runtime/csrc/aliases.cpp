@@ -298,10 +298,6 @@ C10_NOINLINE void track_adopted_host_bytes(c10::StorageImpl* si, c10::DeviceInde
   si->set_data_ptr_noswap(track_host(std::move(inner), n, index));
 }
 
-TORCH_FL_COLD void change_backend_keys(c10::TensorImpl* impl, c10::Device device) {
-  impl->_change_backend_component_keys(device);
-}
-
 TORCH_FL_COLD at::Tensor alias_as_flagos(const at::Tensor& t, c10::DeviceIndex host_index) {
   return as_flagos(t, host_index);
 }
@@ -337,7 +333,7 @@ TORCH_FL_HOT at::Tensor adopt_as_flagos(at::Tensor&& t, c10::DeviceIndex host_in
   if (C10_LIKELY(keys.highestBackendKey() == backing().backend)) {
     keys = (keys - backing().backend_keys).remove_backend(backing().backend) | backing().flagos_backend_keys;
   } else {
-    change_backend_keys(impl, dev);
+    impl->_change_backend_component_keys(dev);  // out of line in c10 already
   }
   return std::move(t);
 }
