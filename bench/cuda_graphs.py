@@ -6,7 +6,9 @@
 Two sides, each a live process (bench/side_processes.py): plain CUDA (it never imports torch_fl)
 and flagos with the platform's routes. Both build each case from the same seeded CPU weights, warm
 it up (compile, CUDA graph recording), then the timed rounds interleave across the sides and the
-medians are compared, each ratio with a 95% bootstrap interval over the rounds (paired).
+medians are compared, each ratio with a 95% bootstrap interval over the rounds (paired). With
+--interval-width W, rounds are added after --rounds until the interval is at most W wide (within
+--max-rounds and --case-seconds; keep those inside --timeout); a case that stops short says WIDE.
 
 Cases, both under `torch.compile(mode="reduce-overhead")` (inductor's CUDA graph trees):
 
@@ -53,7 +55,18 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the helpers beside this script, however it is started
-from side_processes import Side, ratio_interval, reply, serve, side_env, timed_without_gc, zoo_module  # noqa: E402
+from side_processes import (  # noqa: E402
+    InterleavedRounds,
+    RoundPlan,
+    Side,
+    add_round_options,
+    ratio_interval,
+    reply,
+    serve,
+    side_env,
+    timed_without_gc,
+    zoo_module,
+)
 
 CASES = ("mlp", "decode")
 RTOL = 2e-2  # outputs of the two sides agree within this relative difference (bf16)
@@ -366,6 +379,8 @@ def report(info: dict, results: list[dict]) -> str:
             f"{low_high:16s}{graphs(p):>5s}/{graphs(f):<5s}  {verdict}"
         )
         lines.append(f"{'':8s}us per graph call, whole (tree manager): plain {call_us(p)}, flagos {call_us(f)}")
+        if r.get("narrow_enough") is False:
+            lines.append(f"{'':8s}WIDE: {r['rounds']} rounds left the interval {r['widest_interval']} wide")
     lines.append(
         "ratio: flagos/plain time per call (mlp: 1.0 is parity, above is slower); flagos/plain tokens/s (decode)"
     )
@@ -400,7 +415,7 @@ def kill(side: Side) -> None:
         pass
 
 
-def run_case(case: str, sides: dict[str, Side], dims: Dims, runs: int, rounds: int) -> dict:
+def run_case(case: str, sides: dict[str, Side], dims: Dims, runs: int, plan: RoundPlan) -> dict:
     for side in sides.values():
         side.send("build", case=case, dims=dims.__dict__)
     built = {name: side.receive() for name, side in sides.items()}
@@ -408,24 +423,25 @@ def run_case(case: str, sides: dict[str, Side], dims: Dims, runs: int, rounds: i
         if reply_ is None or "error" in reply_:
             why = sides[name].failed if reply_ is None else reply_["error"]
             return {"case": case, "error": f"{name} side: {why} (log: {sides[name].log})"}
-    timings: dict[str, list[float]] = {name: [] for name in sides}
+    rounds = InterleavedRounds(plan, "plain")
     calls: dict[str, list[dict]] = {name: [] for name in sides}
-    for _ in range(rounds):
+    for _ in rounds:
         for name, side in sides.items():
             answer = side.ask("round", runs=runs)
             if answer is None or "error" in answer:
                 why = side.failed if answer is None else answer["error"]
                 return {"case": case, "error": f"{name} side: {why} (log: {side.log})"}
-            timings[name].append(answer["wall_s"])
+            rounds.add(name, answer["wall_s"])
             calls[name].append(answer.get("graph_call_us", {}))
             built[name]["recorded_after_rounds"] = answer["recorded"]
-    return summarize(case, {name: b for name, b in built.items() if b is not None}, timings, runs, calls)
+    built = {name: b for name, b in built.items() if b is not None}
+    return {**summarize(case, built, rounds.times, runs, calls), **rounds.summary()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: " + ", ".join(CASES))
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per side (interleaved)")
+    add_round_options(parser, 5, "timed rounds per side (interleaved)")
     parser.add_argument("--mlp-runs", type=int, default=200, help="MLP calls per round")
     # Six: with two, a round's time was one or two slow generates and the 9-round interval of the
     # ratio spanned +-0.25 on the board; six gave +-0.04.
@@ -476,7 +492,13 @@ def main(argv: list[str] | None = None) -> int:
         if not results:
             for case in cases:
                 results.append(
-                    run_case(case, sides, dims, args.mlp_runs if case == "mlp" else args.decode_runs, args.rounds)
+                    run_case(
+                        case,
+                        sides,
+                        dims,
+                        args.mlp_runs if case == "mlp" else args.decode_runs,
+                        RoundPlan.from_args(args),
+                    )
                 )
         for side in sides.values():
             side.send("finish")

@@ -28,6 +28,11 @@ A change to flagos itself is measured against another commit with --baseline: a 
 (`git worktree add /tmp/base HEAD~1`) runs as one more flagos side, and each flagos column also
 gives its throughput against that side's, from the same interleaved rounds.
 
+How many rounds: --rounds, or with --interval-width W at least --rounds and then more until every
+ratio's interval (against plain, and the baseline's) is at most W wide, within --max-rounds and
+--case-seconds per case; a case that stops short is listed as WIDE at the end. On a steady machine
+that ends after a few rounds, on a shared board it spends the rounds the noise needs.
+
 Agreement with the plain side: on CUDA, the first --warmup training losses and every prefill loss
 within a relative 2e-2 (bf16), and equal generated tokens; on the host, every loss bitwise equal
 and equal tokens. The exit status is 1 when a case disagrees or a side fails.
@@ -55,7 +60,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the helpers beside this script, however it is started
 from side_processes import (  # noqa: E402
     EMPTY_TABLE,
+    InterleavedRounds,
+    RoundPlan,
     Side,
+    add_round_options,
     agreement,
     apply_sync_mode,
     calls_by_path,
@@ -318,13 +326,17 @@ class Run:
         shape = next(iter(built.values()), {})
         errors = {label: self.why(label, r) for label, r in replies.items() if label not in built}
         runs = 1 if mode == "decode" else a.steps
-        for r in range(a.rounds):
+        rounds = InterleavedRounds(RoundPlan.from_args(a), "plain")
+        for r in rounds:
             order, turn = list(built), r % max(len(built), 1)
             for label in order[turn:] + order[:turn]:  # each side leads in turn
                 answer = self.handles[label].ask("round", runs=runs)
                 if answer is None or "error" in answer:
                     errors[label] = self.why(label, answer)
                     del built[label]
+                    rounds.drop(label)
+                else:
+                    rounds.add(label, answer["ms"])
         results = {
             label: self.handles[label].ask("finish", profile_runs=a.profile_runs if a.profile else 0) for label in built
         }
@@ -343,6 +355,7 @@ class Run:
             "sides": results,
             "failed": errors,
             "flagos": {},
+            **rounds.summary(),
         }
         plain = results.get("plain")
         for variant in a.variants:
@@ -445,7 +458,8 @@ def row(c: dict, variants: list[str]) -> str:
             + against_baseline(r)
         )
     params = count(c["shape"]["parameters"]) if c["shape"] else "-"
-    return f"{c['model']:10s}{c['mode']:11s}{params:>9s}  {describe(c):16s}{rate(c):>14s}" + "".join(
+    plain = rate(c) + (f", {c['rounds']} rounds" if "narrow_enough" in c else "")  # a count the plan chose
+    return f"{c['model']:10s}{c['mode']:11s}{params:>9s}  {describe(c):16s}{plain:>14s}" + "".join(
         f"  {cell:>{CELL}s}" for cell in cells
     )
 
@@ -470,6 +484,10 @@ def closing(cases: list[dict]) -> str:
             bounds = r.get("ratio_interval")
             if bounds and bounds[1] < target:
                 lines.append(f"BELOW TARGET {c['model']} {c['mode']} {variant}: {interval(r)} under {target}")
+        if c.get("narrow_enough") is False:
+            lines.append(
+                f"WIDE {c['model']} {c['mode']}: {c['rounds']} rounds left an interval {c['widest_interval']} wide"
+            )
     lines += [f"FAILED {c['model']} {c['mode']} on {label}: {why}" for c in cases for label, why in c["failed"].items()]
     return "\n".join(lines)
 
@@ -479,7 +497,7 @@ def header(args: argparse.Namespace, info: dict[str, dict]) -> str:
     return (
         f"model zoo: {'host sizes, fp32' if args.host else 'board sizes, bf16'}, backing {plain['backing']}, "
         f"platform {flagos.get('platform')}, torch {plain['torch']}, transformers {plain['transformers']}; "
-        f"medians of {args.rounds} interleaved rounds ({args.steps} runs each; decode: 1 generate of "
+        f"medians of {RoundPlan.from_args(args).describe()} ({args.steps} runs each; decode: 1 generate of "
         f"{args.new_tokens} tokens per round)"
     )
 
@@ -520,7 +538,7 @@ def main() -> None:
     parser.add_argument("--decode-batch", default="1,8", help="comma-separated decode batch sizes")
     parser.add_argument("--new-tokens", type=int, help="tokens generated per decode run (board 64, host 8)")
     parser.add_argument("--steps", type=int, help="back-to-back runs per timed round (board 5, host 2)")
-    parser.add_argument("--rounds", type=int, help="timed rounds per side, interleaved (board 5, host 2)")
+    add_round_options(parser, None, "timed rounds per side, interleaved (board 5, host 2)")
     parser.add_argument("--warmup", type=int, help="untimed runs first; their losses are checked (board 3, host 2)")
     parser.add_argument("--json", help="write every case, side and check here")
     parser.add_argument("--profile", help="write each side's top-30 host-time ops per case here (JSON)")

@@ -13,6 +13,7 @@ This module imports torch and the standard library only: plain sides import it t
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import gc
@@ -180,6 +181,101 @@ def _bootstrap(n: int, statistic: Callable[[list[int]], float], level: float, dr
     values = sorted(statistic([rng.randrange(n) for _ in range(n)]) for _ in range(draws))
     tail = (1 - level) / 2
     return round(values[int(tail * draws)], 4), round(values[min(draws - 1, int((1 - tail) * draws))], 4)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """How many interleaved rounds a case gets: `least` always; where `width` is set, more until
+    every ratio's 95% interval is at most `width` wide (upper minus lower bound), or `most` rounds
+    were run, or `seconds` passed since the case's first round. A fixed count suits no machine: on
+    a steady one a few rounds decide, on a shared board whose rounds vary by up to 2x the same count
+    leaves intervals wider than a target's margin."""
+
+    least: int
+    width: float | None = None
+    most: int = 60
+    seconds: float = 240.0
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RoundPlan:
+        return cls(args.rounds, args.interval_width, max(args.max_rounds, args.rounds), args.case_seconds)
+
+    def describe(self) -> str:
+        if self.width is None:
+            return f"{self.least} interleaved rounds"
+        return (
+            f"at least {self.least} interleaved rounds, more until each ratio's 95% interval is at most "
+            f"{self.width:g} wide (at most {self.most} rounds or {self.seconds:g} s per case)"
+        )
+
+
+def add_round_options(parser: argparse.ArgumentParser, rounds: int | None, rounds_help: str) -> None:
+    """The options that make a RoundPlan (RoundPlan.from_args)."""
+    parser.add_argument("--rounds", type=int, default=rounds, help=rounds_help)
+    parser.add_argument(
+        "--interval-width",
+        type=float,
+        help="after --rounds, add rounds until every ratio's 95%% interval is at most this wide (0.04: "
+        "about +-0.02); a case that stops short of it says so",
+    )
+    parser.add_argument("--max-rounds", type=int, default=60, help="with --interval-width: rounds per case at most")
+    parser.add_argument(
+        "--case-seconds", type=float, default=240.0, help="with --interval-width: no round starts after this long"
+    )
+
+
+class InterleavedRounds:
+    """The timed rounds of one case: each side's time per round (any unit, the same for all), run for
+    as long as the plan asks, and the width of the ratios' intervals against `reference`'s times."""
+
+    def __init__(self, plan: RoundPlan, reference: str) -> None:
+        self.plan, self.reference = plan, reference
+        self.times: dict[str, list[float]] = {}
+        self.count = 0
+
+    def __iter__(self) -> Iterator[int]:
+        """The round numbers to run: the caller records each side's time with add()."""
+        start = time.monotonic()
+        while self.count < self.plan.least or self._wants_more(time.monotonic() - start):
+            yield self.count
+            self.count += 1
+
+    def add(self, label: str, value: float) -> None:
+        self.times.setdefault(label, []).append(value)
+
+    def drop(self, label: str) -> None:
+        """A side that failed: its rounds no longer count."""
+        self.times.pop(label, None)
+
+    def widest(self) -> float | None:
+        """The widest interval of a side's ratio to the reference (None: too few rounds, or no side)."""
+        reference = self.times.get(self.reference, [])
+        widths = []
+        for label, mine in self.times.items():
+            if label == self.reference:
+                continue
+            bounds = ratio_interval(reference, mine)
+            if bounds is None:
+                return None
+            widths.append(bounds[1] - bounds[0])
+        return max(widths, default=None)
+
+    def summary(self) -> dict:
+        """The rounds run and, where the plan has a width, whether the intervals came within it."""
+        result: dict = {"rounds": self.count}
+        if self.plan.width is not None:
+            widest = self.widest()
+            result["widest_interval"] = None if widest is None else round(widest, 4)
+            result["narrow_enough"] = widest is not None and widest <= self.plan.width
+        return result
+
+    def _wants_more(self, elapsed: float) -> bool:
+        if self.plan.width is None or self.count >= self.plan.most or elapsed >= self.plan.seconds:
+            return False
+        if self.reference not in self.times or len(self.times) < 2:  # nothing left to compare
+            return False
+        widest = self.widest()
+        return widest is None or widest > self.plan.width
 
 
 def shared_cpus() -> set[int] | None:

@@ -32,6 +32,8 @@ interval over the interleaved rounds, the host CPU time per step against the ref
 process's CPU seconds: what flagos adds, and the waits for the GPU, which spin), and whether each side's
 per-step losses agree with its plain reference (exit status 1 if one does not).
 --profile OUT writes each side's top 30 ops by total host (CPU-side) time over a few steps.
+--interval-width W adds rounds after --rounds until every side's interval against plain eager is
+at most W wide (within --max-rounds and --case-seconds); a run that stops short says WIDE.
 """
 
 from __future__ import annotations
@@ -52,8 +54,11 @@ sys.path.insert(0, str(HERE))  # the helpers beside this script, however it is s
 from side_processes import (  # noqa: E402
     EMPTY_TABLE,
     VARIANTS,
+    InterleavedRounds,
+    RoundPlan,
     Side,
     Variant,
+    add_round_options,
     agreement,
     calls_by_path,
     device_api,
@@ -289,9 +294,7 @@ def main() -> None:
         "(default: native-only on the host, all on CUDA)",
     )
     parser.add_argument("--steps", type=int, default=10, help="timed back-to-back steps per round")
-    parser.add_argument(
-        "--rounds", type=int, default=5, help="timed rounds per side (their median counts; 3 at least for an interval)"
-    )
+    add_round_options(parser, 5, "timed rounds per side (their median counts; 3 at least for an interval)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation, autotuning)")
     parser.add_argument("--json", help="write every side's result and the summary here")
     parser.add_argument("--profile", help="write the top-30 host-time ops of every side here (JSON)")
@@ -330,9 +333,14 @@ def main() -> None:
             handles["plain flaggems"] = start_side("plain", "flaggems", args, backing, scratch)
         for variant in [v for v in variants if v != first]:
             handles[f"flagos {variant}"] = start_side("flagos", variant, args, backing, scratch)
-        for _ in range(args.rounds):
-            for handle in handles.values():
-                handle.ask("round")
+        rounds = InterleavedRounds(RoundPlan.from_args(args), "plain eager")
+        for _ in rounds:
+            for label, handle in handles.items():
+                answer = handle.ask("round")
+                if answer is None:
+                    rounds.drop(label)
+                else:
+                    rounds.add(label, answer["ms"])
         results = {label: handle.ask("finish") for label, handle in handles.items()}
     order = ["plain eager", "plain compiled", "plain flaggems"] + [f"flagos {v}" for v in variants]
     sides = {label: results[label] for label in order if results.get(label) is not None}
@@ -342,6 +350,9 @@ def main() -> None:
     if "plain eager" not in sides:
         sys.exit(f"the plain side failed: {failed.get('plain eager')}")
     text, summary = report(sides, failed, variants, LOSS_RTOL[backing], judged_steps=args.warmup)
+    summary.update(rounds.summary())
+    if summary.get("narrow_enough") is False:
+        text += f"\nWIDE: {summary['rounds']} rounds left an interval {summary['widest_interval']} wide"
     probe = next((s for s in sides.values() if s["side"] == "flagos"), {"platform": "?", "gate": "?"})
     print(f"platform {probe['platform']} (conformance record: {probe['gate']})")
     print(text)

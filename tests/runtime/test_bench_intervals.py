@@ -77,3 +77,49 @@ def test_sides_share_the_last_core_or_the_named_ones(sides: ModuleType, monkeypa
     monkeypatch.setenv("BENCH_CPUS", "last")
     with pytest.raises(SystemExit, match="BENCH_CPUS: expected comma-separated core numbers, got 'last'"):
         sides.shared_cpus()
+
+
+def run_rounds(sides: ModuleType, plan: object, time_of: Callable[[int], tuple[float, float]]) -> dict:
+    """Runs InterleavedRounds with `time_of(round)` giving (plain, flagos); its summary."""
+    rounds = sides.InterleavedRounds(plan, "plain")
+    for r in rounds:
+        plain, flagos = time_of(r)
+        rounds.add("plain", plain)
+        rounds.add("flagos", flagos)
+    return rounds.summary()
+
+
+def test_a_fixed_plan_runs_its_rounds_and_no_more(sides: ModuleType) -> None:
+    summary = run_rounds(sides, sides.RoundPlan(4), lambda r: (10.0, 11.0 + r))
+    assert summary == {"rounds": 4}
+
+
+def test_rounds_are_added_until_the_interval_is_narrow_enough(sides: ModuleType) -> None:
+    rng = random.Random(3)
+
+    def noisy(r: int) -> tuple[float, float]:
+        return 10.0 * rng.uniform(0.9, 1.1), 11.0 * rng.uniform(0.9, 1.1)
+
+    steady = run_rounds(sides, sides.RoundPlan(3, width=0.04, most=50), lambda r: (10.0, 11.0))
+    assert steady == {"rounds": 3, "widest_interval": 0.0, "narrow_enough": True}
+    summary = run_rounds(sides, sides.RoundPlan(3, width=0.12, most=200), noisy)
+    assert 3 < summary["rounds"] < 200 and summary["narrow_enough"], summary
+    assert summary["widest_interval"] <= 0.12
+
+
+def test_a_plan_stops_short_at_its_most_rounds_or_seconds_and_says_so(sides: ModuleType) -> None:
+    swinging = run_rounds(sides, sides.RoundPlan(3, width=0.01, most=6), lambda r: (10.0, 5.0 + 10 * (r % 2)))
+    assert swinging["rounds"] == 6 and swinging["narrow_enough"] is False and swinging["widest_interval"] > 0.01
+    timed_out = run_rounds(sides, sides.RoundPlan(3, width=0.01, seconds=0.0), lambda r: (10.0, 5.0 + 10 * (r % 2)))
+    assert timed_out["rounds"] == 3 and timed_out["narrow_enough"] is False
+
+
+def test_a_side_that_fails_stops_counting(sides: ModuleType) -> None:
+    rounds = sides.InterleavedRounds(sides.RoundPlan(3, width=0.01, most=100), "plain")
+    for r in rounds:
+        rounds.add("plain", 10.0)
+        if r < 2:
+            rounds.add("flagos", 10.0 + r)
+        else:
+            rounds.drop("flagos")  # nothing is left to compare: no more rounds
+    assert rounds.count == 3 and "flagos" not in rounds.times

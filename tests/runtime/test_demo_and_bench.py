@@ -162,6 +162,19 @@ def test_model_zoo_bench_against_a_baseline_checkout(run_python, tmp_path):
     assert "over_baseline" not in case["flagos"]["baseline"]
 
 
+@pytest.mark.own_process
+def test_model_zoo_adds_rounds_for_a_narrow_interval_and_says_where_it_stopped_short(run_python, tmp_path):
+    out = tmp_path / "zoo.json"
+    args = ["--host", "--models", "gpt2", "--modes", "prefill", "--variants", "tuned", "--rounds", "3"]
+    args += ["--interval-width", "1e-9", "--max-rounds", "5", "--json", str(out)]
+    result = run_python(script("bench/model_zoo.py", *args), env=PLATFORM)
+    assert "at least 3 interleaved rounds, more until each ratio's 95% interval is at most 1e-09 wide" in result.stdout
+    (case,) = json.loads(out.read_text())["cases"]
+    assert case["rounds"] == 5 and case["narrow_enough"] is False, case
+    assert len(case["sides"]["plain"]["ms_per_run_rounds"]) == 5
+    assert f"WIDE gpt2 prefill: 5 rounds left an interval {case['widest_interval']} wide" in result.stdout
+
+
 def test_model_zoo_refuses_a_baseline_that_is_not_a_checkout(run_python, tmp_path):
     result = run_python(script("bench/model_zoo.py", "--host", "--baseline", str(tmp_path)), check=False)
     assert result.returncode != 0
