@@ -69,6 +69,7 @@ from side_processes import (  # noqa: E402
     calls_by_path,
     device_api,
     fmt,
+    on_round_cpus,
     profile,
     ratio_interval,
     reply,
@@ -185,12 +186,13 @@ class ZooSide:
         untimed run goes first: while the other sides had their turn, this side's GPU clocks, caches
         and allocator went cold, and the first run after a pause is slower by a varying amount."""
         assert self.run is not None
-        if self.backing != "cpu":
-            self.run()
-        self.sync()
-        with timed_without_gc() as timed:
-            outputs = [self.run() for _ in range(runs)]
+        with on_round_cpus():
+            if self.backing != "cpu":
+                self.run()
             self.sync()
+            with timed_without_gc() as timed:
+                outputs = [self.run() for _ in range(runs)]
+                self.sync()
         self.rounds.append(timed.wall_s / runs * 1e3)
         self.cpu_rounds.append(timed.cpu_s / runs * 1e3)
         if self.mode != "decode":  # decode is checked on the tokens of its warm-up run

@@ -41,6 +41,8 @@ EMPTY_TABLE = "format: 1\nops: {}\n"
 MARK = "@@"
 # Set to "1" in a side's environment: it sleeps on CUDA synchronisation (apply_sync_mode).
 SLEEP_ON_SYNC = "BENCH_SLEEP_ON_SYNC"
+# Set by Side in a side's environment: the cores its timed rounds run on (on_round_cpus).
+ROUND_CPUS = "BENCH_ROUND_CPUS"
 
 
 @dataclass(frozen=True)
@@ -278,8 +280,28 @@ class InterleavedRounds:
         return widest is None or widest > self.plan.width
 
 
+@contextlib.contextmanager
+def on_round_cpus() -> Iterator[None]:
+    """Runs the block (a side's round, its untimed warm-up run included) on the cores the parent
+    named for rounds (Side's `cpus`), then on the cores it had before. Only the rounds: a side's
+    start and each case's build and warm-up (importing, a model's initialisation, compilation, the
+    core's build for a --baseline side) ran on the one shared core for minutes on the board,
+    every side at once. Pins the calling thread, the one that runs the round."""
+    named = os.environ.get(ROUND_CPUS)
+    if not named or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {int(c) for c in named.split(",")})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def shared_cpus() -> set[int] | None:
-    """The cores every side runs on, where the machine has cores to spare (None: no pinning).
+    """The cores every side runs its timed rounds on, where the machine has cores to spare (None:
+    no pinning).
 
     Sides take turns, so they never compete for them; what pinning removes is the drift between
     cores (clock, cache, interrupts). The last core alone: on the H200 board (KVM, 16 vCPUs) sides
@@ -301,7 +323,7 @@ class Side:
     """The parent's handle on one side's process. Its first reply says it is ready (`ready`; None if
     it failed): awaited here, or with `wait()` where sides start concurrently. A side whose process
     dies (a kernel that faults the device, say) is marked failed; the others go on. `cpus`: the
-    cores the process (and every thread it starts) runs on. `session`: the process leads a process
+    cores its timed rounds run on (on_round_cpus, in the side). `session`: the process leads a process
     group of its own, so that killing the group ends what it started too (compile workers that
     hold its output open)."""
 
@@ -317,6 +339,8 @@ class Side:
         self.log = log
         self.failed: str | None = None
         self.ready: dict | None = None
+        if cpus:
+            env = {**env, ROUND_CPUS: ",".join(str(c) for c in sorted(cpus))}
         with open(log, "w") as out:  # a file, not a pipe: a chatty side never blocks
             self.proc = subprocess.Popen(
                 command,
@@ -325,7 +349,6 @@ class Side:
                 stdout=subprocess.PIPE,
                 stderr=out,
                 text=True,
-                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
                 start_new_session=session,
             )
         if wait:

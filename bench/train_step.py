@@ -64,6 +64,7 @@ from side_processes import (  # noqa: E402
     device_api,
     fmt,
     mib,
+    on_round_cpus,
     profile,
     ratio_interval,
     reply,
@@ -126,10 +127,11 @@ class SideRunner:
 
     def round(self) -> float:
         """ms per step over `steps` back-to-back steps, one synchronisation at the end."""
-        self.sync()
-        with timed_without_gc() as timed:
-            self.losses += [self.step() for _ in range(self.args.steps)]
+        with on_round_cpus():
             self.sync()
+            with timed_without_gc() as timed:
+                self.losses += [self.step() for _ in range(self.args.steps)]
+                self.sync()
         self.rounds.append(timed.wall_s / self.args.steps * 1e3)
         self.cpu_rounds.append(timed.cpu_s / self.args.steps * 1e3)
         return self.rounds[-1]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import sys
 from collections.abc import Callable
 from types import ModuleType
 
@@ -123,3 +125,19 @@ def test_a_side_that_fails_stops_counting(sides: ModuleType) -> None:
         else:
             rounds.drop("flagos")  # nothing is left to compare: no more rounds
     assert rounds.count == 3 and "flagos" not in rounds.times
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
+def test_only_the_rounds_run_on_the_named_cores(sides: ModuleType, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    everywhere = os.sched_getaffinity(0)
+    core = max(everywhere)
+    probe = "import json, os; print('@@' + json.dumps({'named': os.environ.get('BENCH_ROUND_CPUS'), 'on': sorted(os.sched_getaffinity(0))}))"
+    side = sides.Side([sys.executable, "-c", probe], dict(os.environ), tmp_path / "side.log", cpus={core})
+    assert side.ready == {"named": str(core), "on": sorted(everywhere)}  # started on every core
+    monkeypatch.setenv(sides.ROUND_CPUS, str(core))
+    with sides.on_round_cpus():
+        assert os.sched_getaffinity(0) == {core}
+    assert os.sched_getaffinity(0) == everywhere
+    monkeypatch.delenv(sides.ROUND_CPUS)
+    with sides.on_round_cpus():  # no cores named: where it was
+        assert os.sched_getaffinity(0) == everywhere
