@@ -136,6 +136,9 @@ def test_model_zoo_bench(run_python, tmp_path):
         for variant in ("tuned", "native-only"):
             assert case["sides"][f"flagos {variant}"]["checks"] == plain  # bitwise on the host
             assert case["flagos"][variant]["agree"] and case["flagos"][variant]["ratio"] > 0
+            # the host time flagos adds, spread over the calls it routed in one run
+            assert isinstance(case["flagos"][variant]["host_us_per_routed_call"], float)
+    assert "us/routed" in result.stdout, result.stdout
     assert len(cases[("llama", "train")]["sides"]["plain"]["checks"]) == 3  # 2 warm-up steps, 1 timed
     assert len(cases[("llama", "decode-b2")]["sides"]["plain"]["checks"][0]) == 2  # 2 rows of 3 tokens
 
