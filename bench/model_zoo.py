@@ -424,9 +424,8 @@ def count(n: int) -> str:
     return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
 
 
-CELL = (
-    90  # a flagos column: "0.879x [0.861, 0.902] cpu 1.21x [1.18, 1.25] +2.10us/routed first 2 losses within 6.2e-06"
-)
+# a flagos column: "0.879x [0.861, 0.902] cpu 1.21x [1.18, 1.25] +2.10us/routed first 2 losses within 6.2e-06"
+CELL = 90
 TARGETS = {"train": 0.97, "prefill": 0.97, "decode": 0.95}
 """Throughput against plain that a flagos side should reach, per mode: a case is below it only
 when its whole interval is."""
