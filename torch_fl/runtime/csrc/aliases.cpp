@@ -268,20 +268,34 @@ TORCH_FL_HOT at::Tensor Borrower::borrow(const at::Tensor& t, bool written) {
   return alias;
 }
 
-TORCH_FL_HOT void Borrower::give_back(at::Tensor&& alias) {
-  c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
+namespace {
+
+// Whether a borrowed alias can serve again: the kernel kept no reference to it or its storage and
+// left its metadata changeable (a kernel may restride or relabel an alias; borrow resets those).
+// The alias keeps its pointer while pooled: nothing reads it before the next borrow confirms or
+// replaces it, and one that serves the same bytes again need not set it.
+inline bool reusable(const at::Tensor& alias, const c10::Allocator* allocator) {
+  const c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
   const c10::Storage& storage = impl->unsafe_storage();  // a plain strided alias of ours
-  // Reused only when the kernel kept no reference to it or its storage and left its metadata
-  // changeable (a kernel may restride or relabel an alias; borrow resets those).
   if (alias.use_count() != 1 || storage.use_count() != 1 || !impl->allow_tensor_metadata_change() ||
       impl->is_wrapped_number() || impl->device_type() != backing().type) {
-    return;
+    return false;
   }
-  c10::StorageImpl* si = storage.unsafeGetStorageImpl();
-  if (!si->resizable() || si->allocator() != c10::GetAllocator(backing().type)) return;
-  // The alias keeps its pointer while pooled: nothing reads it before the next borrow confirms or
-  // replaces it, and one that serves the same bytes again need not set it.
-  pool_.put(std::move(alias));
+  const c10::StorageImpl* si = storage.unsafeGetStorageImpl();
+  return si->resizable() && si->allocator() == allocator;
+}
+
+}  // namespace
+
+TORCH_FL_HOT void Borrower::give_back(at::Tensor&& alias) {
+  if (reusable(alias, c10::GetAllocator(backing().type))) pool_.put(std::move(alias));
+}
+
+TORCH_FL_HOT void Borrower::give_back(at::Tensor* aliases, size_t n) {
+  const c10::Allocator* allocator = c10::GetAllocator(backing().type);
+  for (size_t i = n; i-- > 0;) {
+    if (reusable(aliases[i], allocator)) pool_.put(std::move(aliases[i]));
+  }
 }
 
 std::optional<at::Tensor> borrow_optional_as_backing(const std::optional<at::Tensor>& t) {

@@ -53,9 +53,9 @@ int64_t pooled_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   args.arguments_outlive_call = true;
   const size_t iq = args.dense(q, false), ik = args.dense(k, false), iv = args.dense(v, false);
   std::optional<at::Tensor> m;  // released before `args` hands the aliases back
-  if (mask != nullptr) m = args.swaps[args.dense(*mask, false)].alias;
-  return at::_ops::_fused_sdp_choice::redispatch(backing().keys, args.swaps[iq].alias, args.swaps[ik].alias,
-                                                 args.swaps[iv].alias, m, dropout_p, is_causal, scale, enable_gqa);
+  if (mask != nullptr) m = args.aliases[args.dense(*mask, false)];
+  return at::_ops::_fused_sdp_choice::redispatch(backing().keys, args.aliases[iq], args.aliases[ik], args.aliases[iv],
+                                                 m, dropout_p, is_causal, scale, enable_gqa);
 }
 
 int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -132,6 +132,8 @@ class Borrower {
   at::Tensor borrow(const at::Tensor& t) { return borrow(t, true); }
   // Hands a borrowed alias back after its call, for reuse (kept only when nothing else holds it).
   void give_back(at::Tensor&& alias);
+  // Hands back a call's `n` aliases, borrowed in this order, last first.
+  void give_back(at::Tensor* aliases, size_t n);
 
  private:
   AliasPool& pool_;

@@ -152,6 +152,7 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo&
     stack->resize(base);
     for (auto& v : arguments) stack->push_back(std::move(v));
     args.swaps.clear();
+    args.aliases.clear();
     return cpu_route(op, stack, info);
   }
   args.write_back_written();

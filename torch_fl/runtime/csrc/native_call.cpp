@@ -116,7 +116,7 @@ TORCH_FL_HOT void write_back(Swap& s) {
     }
     target->set_nbytes(n);
   }
-  const auto* alias = s.alias.unsafeGetTensorImpl();
+  const c10::TensorImpl* alias = s.alias_impl;
   if (!same_geometry(*alias, *orig)) {
     orig->set_sizes_and_strides(alias->sizes(), alias->strides(), alias->storage_offset());
   }
@@ -165,15 +165,25 @@ at::Tensor NativeArguments::sparse_tensor(const at::Tensor& t, bool written) {
   return alias;
 }
 
-TORCH_FL_HOT size_t NativeArguments::dense(const at::Tensor& t, bool written) {
-  note_device(index, t);
-  at::Tensor alias = borrower.borrow(t, written);
-  c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
+// Inlined into dense and list, which run it per tensor argument.
+C10_ALWAYS_INLINE void NativeArguments::swap(size_t alias, const at::Tensor& t, bool written) {
+  c10::TensorImpl* impl = aliases[alias].unsafeGetTensorImpl();
   c10::StorageImpl* si = impl->unsafe_storage().unsafeGetStorageImpl();
-  swaps.emplace_back(impl, si, const_cast<void*>(si->data()), &t, arguments_outlive_call ? at::Tensor() : t, written,
-                     std::move(alias));
+  swaps.emplace_back(impl, si, const_cast<void*>(si->data()), &t, arguments_outlive_call ? at::Tensor() : t, written);
   any_written = any_written || written;
-  return swaps.size() - 1;
+}
+
+TORCH_FL_HOT size_t NativeArguments::dense(const at::Tensor& t, bool written) {
+  const size_t i = unmapped(t, written);
+  swap(i, t, written);
+  return i;
+}
+
+TORCH_FL_HOT void NativeArguments::list(c10::ArrayRef<at::Tensor> tensors, bool written) {
+  const size_t start = aliases.size();
+  for (const at::Tensor& t : tensors) unmapped(t, written);
+  if (lists_unmapped) return;
+  for (size_t i = 0; i < tensors.size(); ++i) swap(start + i, tensors[i], written);
 }
 
 void NativeArguments::refuse_host_operand() const {

@@ -52,7 +52,8 @@ struct KernelKey {
   c10::DispatchKeySet on(c10::DeviceType type) const;
 };
 
-// One flagos argument replaced by a backing alias for the duration of the call.
+// One flagos argument replaced by a backing alias for the duration of the call, as the results and
+// the write-back see it (the alias itself is in NativeArguments::aliases).
 struct Swap {
   c10::TensorImpl* alias_impl;
   c10::StorageImpl* alias_storage;
@@ -64,7 +65,6 @@ struct Swap {
   const at::Tensor* argument;
   at::Tensor kept;
   bool written;
-  at::Tensor alias;
   const at::Tensor& original() const { return kept.defined() ? kept : *argument; }
 };
 
@@ -108,6 +108,9 @@ struct ListAliases {
 // and handed back for reuse when the call is over.
 struct NativeArguments {
   Borrower borrower;  // this call's view of the thread's alias pool
+  // Every dense alias of the call in borrow order, the call's one reference to each. Room for a
+  // foreach op's two 8-tensor lists without a heap buffer.
+  c10::SmallVector<at::Tensor, 24> aliases;
   c10::SmallVector<Swap, 6> swaps;
   std::vector<SparseSwap> sparse_swaps;
   c10::DeviceIndex index = -1;
@@ -116,7 +119,10 @@ struct NativeArguments {
   // The flagos arguments outlive the call (the unboxed route's own arguments): swaps point at them.
   bool arguments_outlive_call = false;
   bool any_written = false;  // a swap is written back after the call
-  ListAliases last_list;     // the last list argument borrowed
+  // No result can be a list's member and none is written back (a void in-place op): list members
+  // need no swaps.
+  bool lists_unmapped = false;
+  ListAliases last_list;  // the last list argument borrowed
 
   NativeArguments() = default;
   NativeArguments(const NativeArguments&) = delete;
@@ -124,16 +130,26 @@ struct NativeArguments {
   TORCH_FL_HOT ~NativeArguments() {
     // Last borrowed, first handed back: the pool is a stack, so a call that passes the same tensors
     // again gets each the alias that already points at its bytes.
-    for (auto s = swaps.rbegin(); s != swaps.rend(); ++s) borrower.give_back(std::move(s->alias));
+    borrower.give_back(aliases.data(), aliases.size());
   }
 
   // The backing alias of a flagos argument (dense or sparse), kept for the results and the write-back.
   at::Tensor tensor(const at::Tensor& t, bool written) {
     if (C10_UNLIKELY(is_sparse_layout(t))) return sparse_tensor(t, written);
-    return swaps[dense(t, written)].alias;
+    return aliases[dense(t, written)];
   }
-  // A dense flagos argument's alias, as the index of its swap (which holds it for the call).
+  // A dense flagos argument's alias, as its index in `aliases`, with a swap for the results and the
+  // write-back.
   size_t dense(const at::Tensor& t, bool written);
+  // The same without a swap, for an argument that no result can be and that is not written back.
+  size_t unmapped(const at::Tensor& t, bool written) {
+    note_device(index, t);
+    aliases.emplace_back(borrower.borrow(t, written));
+    return aliases.size() - 1;
+  }
+  // The aliases of a list of dense flagos tensors, appended to `aliases` in its order (with swaps
+  // unless lists_unmapped).
+  void list(c10::ArrayRef<at::Tensor> tensors, bool written);
   void other_tensor(const at::Tensor& t) {
     if (host_backed() && t.defined() && t.dim() > 0) host_operand = t.device();
   }
@@ -154,6 +170,7 @@ struct NativeArguments {
 
  private:
   at::Tensor sparse_tensor(const at::Tensor& t, bool written);
+  void swap(size_t alias, const at::Tensor& t, bool written);
   [[noreturn]] void refuse_host_operand() const;
 };
 

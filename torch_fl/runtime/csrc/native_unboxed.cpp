@@ -42,24 +42,25 @@ struct Pass {
 
 // A tensor argument (`Ref`: const at::Tensor& or, for in-place and out= arguments, at::Tensor&):
 // its backing alias where it is a flagos tensor, written back after the call where the schema
-// says it is written. The alias stays in its swap (the call's one reference to it).
+// says it is written. The alias stays in the arguments (the call's one reference to it).
 template <class Ref>
 struct TensorPass {
   Ref original;
-  NativeArguments* args = nullptr;  // set where the argument is a flagos tensor: its alias is in swap `swap`
-  size_t swap = 0;
+  NativeArguments* args = nullptr;  // set where the argument is a flagos tensor
+  size_t alias = 0;                 // then its alias is args->aliases[alias]
   TORCH_FL_HOT TensorPass(Ref t, NativeArguments& a, Arg kind) : original(t) {
     if (is_flagos(t)) {
       args = &a;
-      swap = a.dense(t, kind == Arg::kWrite);  // call() sent calls with a sparse argument elsewhere
+      alias = a.dense(t, kind == Arg::kWrite);  // call() sent calls with a sparse argument elsewhere
     } else {
       a.other_tensor(t);
     }
   }
-  Ref get() { return args != nullptr ? args->swaps[swap].alias : original; }
+  Ref get() { return args != nullptr ? args->aliases[alias] : original; }
   std::remove_reference_t<Ref>* original_of(const c10::TensorImpl* impl) const {
-    if (args != nullptr) return args->swaps[swap].alias_impl == impl ? &original : nullptr;
-    return original.unsafeGetTensorImpl() == impl ? &original : nullptr;
+    const c10::TensorImpl* own =
+        args != nullptr ? args->aliases[alias].unsafeGetTensorImpl() : original.unsafeGetTensorImpl();
+    return own == impl ? &original : nullptr;
   }
   static bool sparse(const at::Tensor& t) { return is_sparse_layout(t); }
 };
@@ -74,14 +75,15 @@ struct Pass<at::Tensor&> : TensorPass<at::Tensor&> {
   using TensorPass::TensorPass;
 };
 
-// A tensor handle that holds no reference: the swap (or the caller) that owns the tensor outlives
-// it. Optional and list arguments are passed as values, and a copy of each alias would cost two
-// atomic reference-count updates per tensor (sixteen per call of a foreach over two 8-tensor lists).
+// A tensor handle that holds no reference: the arguments (or the caller) that own the tensor
+// outlive it. Optional and list arguments are passed as values, and a copy of each alias would cost
+// two atomic reference-count updates per tensor (sixteen per call of a foreach over two 8-tensor
+// lists).
 using Borrowed = c10::MaybeOwnedTraits<at::Tensor>;
 
 // The dense flagos argument `t` as a borrowed handle on its alias; `t` itself where it is not flagos.
 inline at::Tensor borrowed_alias(const at::Tensor& t, NativeArguments& args, bool written) {
-  return Borrowed::createBorrow(is_flagos(t) ? args.swaps[args.dense(t, written)].alias : t);
+  return Borrowed::createBorrow(is_flagos(t) ? args.aliases[args.dense(t, written)] : t);
 }
 
 template <>
@@ -99,38 +101,75 @@ struct Pass<const std::optional<at::Tensor>&> {
   static bool sparse(const std::optional<at::Tensor>& t) { return t.has_value() && is_sparse_layout(*t); }
 };
 
-// The tensors of a list, flagos ones as their aliases, all borrowed (a Tensor(a!)[] list is written
-// back after the call). A tensor that the list before it held at the same position, read here,
-// shares the alias it got there: a foreach op's x + x, or the gradients that addcmul takes twice.
+// The tensors of a list, flagos ones as their aliases (a Tensor(a!)[] list is written back after
+// the call). A list of flagos tensors in one array, none of them in the list before, is passed as
+// the run of aliases it borrows, which the arguments hold (their room was reserved: they do not
+// move). A list that repeats the list before it, read here, passes that list's aliases: a foreach
+// op's x + x, or the gradients that addcmul takes twice. Any other list passes borrowed handles,
+// where a tensor that the list before held at the same position, read here, shares the alias it
+// got there.
 class BorrowedList {
  public:
   template <class List>
   BorrowedList(const List& list, NativeArguments& args, Arg kind) {
     const bool written = kind == Arg::kWriteList;
-    values_.reserve(list.size());
     const ListAliases& before = args.last_list;
-    size_t i = 0;
-    for (const at::Tensor& t : list) {
-      const bool repeated =
-          !written && i < before.size && before.tensors[i].unsafeGetTensorImpl() == t.unsafeGetTensorImpl();
-      values_.push_back(repeated ? Borrowed::createBorrow(before.aliases[i]) : borrowed_alias(t, args, written));
-      ++i;
+    const std::optional<at::TensorList> array = contiguous(list);
+    if (array.has_value() && !written && before.size == array->size() && repeats(*array, before)) {
+      list_ = {before.aliases, array->size()};
+    } else if (array.has_value() && fresh(*array, before, written)) {
+      const size_t start = args.aliases.size();
+      args.list(*array, written);
+      list_ = {args.aliases.data() + start, array->size()};
+    } else {
+      values_.reserve(list.size());
+      size_t i = 0;
+      for (const at::Tensor& t : list) {
+        values_.push_back(repeated(t, i, before, written) ? Borrowed::createBorrow(before.aliases[i])
+                                                          : borrowed_alias(t, args, written));
+        ++i;
+      }
+      list_ = values_;
     }
     if constexpr (std::is_same_v<List, at::TensorList>) {
-      args.last_list = {list.data(), values_.data(), list.size()};  // both outlive the call
+      args.last_list = {list.data(), list_.data(), list.size()};  // both outlive the call
     } else {
       args.last_list = {};
     }
   }
-  BorrowedList(BorrowedList&&) noexcept = default;  // leaves the other empty
+  BorrowedList(BorrowedList&&) noexcept = default;  // leaves the other's handles empty
   BorrowedList& operator=(BorrowedList&&) = delete;
   ~BorrowedList() {
     for (at::Tensor& t : values_) Borrowed::destroyBorrow(t);
   }
-  at::TensorList get() const { return values_; }
+  at::TensorList get() const { return list_; }
 
  private:
-  std::vector<at::Tensor> values_;
+  static std::optional<at::TensorList> contiguous(at::TensorList list) { return list; }
+  static std::optional<at::TensorList> contiguous(const at::ITensorListRef& list) {
+    if (list.isUnboxed()) return list.toUnboxed();
+    return std::nullopt;
+  }
+  static bool repeated(const at::Tensor& t, size_t i, const ListAliases& before, bool written) {
+    return !written && i < before.size && before.tensors[i].unsafeGetTensorImpl() == t.unsafeGetTensorImpl();
+  }
+  // Whether `list` holds the tensors of the list before, of its size.
+  static bool repeats(at::TensorList list, const ListAliases& before) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (before.tensors[i].unsafeGetTensorImpl() != list[i].unsafeGetTensorImpl()) return false;
+    }
+    return true;
+  }
+  // Dense flagos tensors only, none of them sharing an alias with the list before.
+  static bool fresh(at::TensorList list, const ListAliases& before, bool written) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!is_flagos(list[i]) || repeated(list[i], i, before, written)) return false;
+    }
+    return true;
+  }
+
+  std::vector<at::Tensor> values_;  // borrowed handles, where the list is not a run of aliases
+  at::TensorList list_;
 };
 
 // Parameter types that pass a list of tensors.
@@ -138,9 +177,9 @@ template <class T>
 constexpr bool kIsList =
     std::is_same_v<std::decay_t<T>, at::TensorList> || std::is_same_v<std::decay_t<T>, at::ITensorListRef>;
 
-// The most swaps an argument makes: one per tensor of a list, one for anything else.
+// The most aliases an argument borrows: one per tensor of a list, one for anything else.
 template <class T>
-size_t swaps_at_most(const T& value) {
+size_t aliases_at_most(const T& value) {
   if constexpr (kIsList<T>) {
     return value.size();
   } else {
@@ -277,9 +316,15 @@ struct Unboxed<Op, R(A...)> {
   TORCH_FL_HOT static R native(A&... a) {
     NativeArguments args;  // declared first: its aliases return to the pool after the passes let go
     args.arguments_outlive_call = true;
-    // Room for every swap at once: growing the swaps moves every one made (a foreach op's lists
-    // would regrow them twice).
-    if constexpr (kTakesList) args.swaps.reserve((swaps_at_most(a) + ...));
+    if constexpr (kTakesList) {
+      // Room for every alias at once: a list passes the run of aliases it borrows, which must not
+      // move; growing the swaps would move every one made (a foreach op's lists would regrow them
+      // twice).
+      const size_t most = (aliases_at_most(a) + ...);
+      args.aliases.reserve(most);
+      args.lists_unmapped = std::is_void_v<R> && kWritesInPlace<Op>;
+      if (!args.lists_unmapped) args.swaps.reserve(most);
+    }
     size_t i = 0;
     std::tuple<Pass<A>...> passes{Pass<A>(a, args, info().args[i++])...};
     args.check_operands();
