@@ -33,6 +33,13 @@ ratio's interval (against plain, and the baseline's) is at most W wide, within -
 --case-seconds per case; a case that stops short is listed as WIDE at the end. On a steady machine
 that ends after a few rounds, on a shared board it spends the rounds the noise needs.
 
+Processes: a process's speed moves with its memory layout by more than its own rounds vary (on the
+2-core host, two processes of one build, as a side and its --baseline, differed by 2-8% in every
+case of a run, each with an interval of about +-0.01 that excluded 1). One process per side gives
+intervals of the rounds alone; --processes N runs each side in N processes, every process takes
+every round, and each interval also resamples each side's processes. Decide a change smaller than
+a few percent, or a row near its target, with N of 3 or more.
+
 Agreement with the plain side: on CUDA, the first --warmup training losses and every prefill loss
 within a relative 2e-2 (bf16), and equal generated tokens; on the host, every loss bitwise equal
 and equal tokens. The exit status is 1 when a case disagrees or a side fails.
@@ -71,7 +78,7 @@ from side_processes import (  # noqa: E402
     fmt,
     on_round_cpus,
     profile,
-    ratio_interval,
+    ratio_interval_by_process,
     reply,
     serve,
     shared_cpus,
@@ -286,11 +293,12 @@ class Run:
         self.args, self.scratch = args, scratch
         (scratch / "routes.yaml").write_text(EMPTY_TABLE)
         self.labels = ["plain", *(f"flagos {v}" for v in args.variants)]
-        self.handles = {label: self.start(label) for label in self.labels}  # they start concurrently
-        failed = {label: h.failed for label, h in self.handles.items() if h.wait() is None}
+        # every process of every side starts concurrently
+        self.handles = {label: [self.start(label) for _ in range(args.processes)] for label in self.labels}
+        failed = {label: h.failed for label, hs in self.handles.items() for h in hs if h.wait() is None}
         if failed:
             sys.exit(f"a side failed to start: {failed}")
-        self.info = {label: h.ready for label, h in self.handles.items()}
+        self.info = {label: hs[0].ready for label, hs in self.handles.items()}
 
     def start(self, label: str) -> Side:
         side, _, variant = label.partition(" ")
@@ -309,11 +317,14 @@ class Run:
     def case(self, model: str, mode: str, decode_batch: int) -> dict:
         """One case on every side: build everywhere, interleave the timed rounds, collect."""
         a = self.args
-        for label, handle in self.handles.items():
-            if handle.failed is not None:  # a side that died in an earlier case starts afresh
-                self.handles[label] = self.start(label)
-                self.handles[label].wait()
-        for handle in self.handles.values():
+        for label, handles in self.handles.items():
+            if any(h.failed is not None for h in handles):  # a side that died in an earlier case starts afresh
+                for h in handles:
+                    h.close()
+                self.handles[label] = [self.start(label) for _ in handles]
+                for h in self.handles[label]:
+                    h.wait()
+        for handle in (h for hs in self.handles.values() for h in hs):
             handle.send(
                 "build",
                 model=model,
@@ -323,7 +334,7 @@ class Run:
                 new_tokens=a.new_tokens,
                 decode_batch=decode_batch,
             )
-        replies = {label: handle.receive() for label, handle in self.handles.items()}
+        replies = {label: first_error([h.receive() for h in hs]) for label, hs in self.handles.items()}
         built = {label: r for label, r in replies.items() if r is not None and "error" not in r}
         shape = next(iter(built.values()), {})
         errors = {label: self.why(label, r) for label, r in replies.items() if label not in built}
@@ -332,16 +343,16 @@ class Run:
         for r in rounds:
             order, turn = list(built), r % max(len(built), 1)
             for label in order[turn:] + order[:turn]:  # each side leads in turn
-                answer = self.handles[label].ask("round", runs=runs)
+                answers = [h.ask("round", runs=runs) for h in self.handles[label]]
+                answer = first_error(answers)
                 if answer is None or "error" in answer:
                     errors[label] = self.why(label, answer)
                     del built[label]
                     rounds.drop(label)
                 else:
-                    rounds.add(label, answer["ms"])
-        results = {
-            label: self.handles[label].ask("finish", profile_runs=a.profile_runs if a.profile else 0) for label in built
-        }
+                    for process, each in enumerate(answers):
+                        rounds.add(label, each["ms"], process)
+        results = {label: self.finish(label, a.profile_runs if a.profile else 0) for label in built}
         for label, result in results.items():
             if result is None or "error" in result:
                 errors[label] = self.why(label, result)
@@ -372,12 +383,10 @@ class Run:
                 # fastest round against fastest round: where the host's speed switches between
                 # rounds (a shared board), the medians mix its states and this does not
                 "best_round_ratio": round(min(plain["ms_per_run_rounds"]) / min(mine["ms_per_run_rounds"]), 4),
-                "ratio_interval": ratio_interval(plain["ms_per_run_rounds"], mine["ms_per_run_rounds"]),
+                "ratio_interval": ratio_interval_by_process(plain["ms_by_process"], mine["ms_by_process"]),
                 # host CPU time per run, flagos over plain: what flagos adds on the host
                 "host_cpu_ratio": round(mine["host_cpu_ms_per_run"] / plain["host_cpu_ms_per_run"], 4),
-                "host_cpu_interval": ratio_interval(
-                    mine["host_cpu_ms_per_run_rounds"], plain["host_cpu_ms_per_run_rounds"]
-                ),
+                "host_cpu_interval": ratio_interval_by_process(mine["cpu_ms_by_process"], plain["cpu_ms_by_process"]),
                 "host_us_per_routed_call": host_us_per_routed_call(mine, plain),
                 "agree": ok,
                 "how": how,
@@ -385,20 +394,48 @@ class Run:
             baseline = results.get(f"flagos {BASELINE}")
             if baseline is not None and variant != BASELINE:
                 case["flagos"][variant]["over_baseline"] = round(baseline["ms_per_run"] / mine["ms_per_run"], 4)
-                case["flagos"][variant]["over_baseline_interval"] = ratio_interval(
-                    baseline["ms_per_run_rounds"], mine["ms_per_run_rounds"]
+                case["flagos"][variant]["over_baseline_interval"] = ratio_interval_by_process(
+                    baseline["ms_by_process"], mine["ms_by_process"]
                 )
         return case
 
+    def finish(self, label: str, profile_runs: int) -> dict | None:
+        """Side `label`'s result: its first process's (checks, routed calls, profile), with the rounds
+        of every process; None or an error where a process fails or its checks differ."""
+        replies = [
+            h.ask("finish", profile_runs=profile_runs if i == 0 else 0) for i, h in enumerate(self.handles[label])
+        ]
+        result = first_error(replies)
+        if result is None or "error" in result:
+            return result
+        if any(r["checks"] != result["checks"] for r in replies):
+            return {"error": f"the processes of {label} computed different results"}
+        ms, cpu = [r["ms_per_run_rounds"] for r in replies], [r["host_cpu_ms_per_run_rounds"] for r in replies]
+        pooled = [x for rounds in ms for x in rounds]
+        return {
+            **result,
+            "processes": len(replies),
+            "ms_per_run": statistics.median(pooled),
+            "ms_per_run_rounds": pooled,
+            "host_cpu_ms_per_run": statistics.median(x for rounds in cpu for x in rounds),
+            "ms_by_process": ms,
+            "cpu_ms_by_process": cpu,
+        }
+
     def why(self, label: str, reply: dict | None) -> str | None:
-        """What went wrong on side `label`: the error its reply names, or how its process ended."""
-        return (reply or {}).get("error") or self.handles[label].failed
+        """What went wrong on side `label`: the error its reply names, or how a process of it ended."""
+        return (reply or {}).get("error") or next((h.failed for h in self.handles[label] if h.failed), None)
 
     def close(self) -> None:
-        for handle in self.handles.values():
+        for handle in (h for hs in self.handles.values() for h in hs):
             if handle.failed is None:
                 handle.ask("exit")
             handle.close()
+
+
+def first_error(replies: list[dict | None]) -> dict | None:
+    """The first of one side's replies (one per process) that failed, else its first."""
+    return next((r for r in replies if r is None or "error" in r), replies[0])
 
 
 def rate(case: dict) -> str:
@@ -493,9 +530,9 @@ def closing(cases: list[dict]) -> str:
     """What follows the rows: how to read them, and every failure in full."""
     lines = [
         "flagos columns: throughput against plain (plain time / flagos time; above 1: flagos faster) from the "
-        "medians, its 95% bootstrap interval over the interleaved rounds, host CPU time per run against plain's "
-        "(cpu; flagos over plain, with its interval) and the host CPU time it adds per routed call (us/routed), "
-        "then the agreement check; with --baseline, then the "
+        "medians, its 95% bootstrap interval over the interleaved rounds (and the processes, with --processes), "
+        "host CPU time per run against plain's (cpu; flagos over plain, with its interval) and the host CPU time "
+        "it adds per routed call (us/routed), then the agreement check; with --baseline, then the "
         "throughput against the baseline's (baseline time / this side's time, with its interval)"
     ]
     for c in cases:
@@ -519,6 +556,7 @@ def header(args: argparse.Namespace, info: dict[str, dict]) -> str:
         f"platform {flagos.get('platform')}, torch {plain['torch']}, transformers {plain['transformers']}; "
         f"medians of {RoundPlan.from_args(args).describe()} ({args.steps} runs each; decode: 1 generate of "
         f"{args.new_tokens} tokens per round)"
+        + (f"; {args.processes} processes per side" if args.processes > 1 else "")
     )
 
 
@@ -554,6 +592,12 @@ def main() -> None:
         "`flagos baseline`, with its own platforms; every other flagos column then also gives its "
         "throughput against the baseline's, with its interval",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="processes per side; with 2 or more each interval also resamples the processes (see above)",
+    )
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every training and prefill batch")
     parser.add_argument("--decode-batch", default="1,8", help="comma-separated decode batch sizes")
     parser.add_argument("--new-tokens", type=int, help="tokens generated per decode run (board 64, host 8)")
@@ -586,6 +630,8 @@ def main() -> None:
     unknown += [v for v in args.variants if v not in VARIANTS]
     if unknown:
         sys.exit(f"unknown model, mode or variant: {', '.join(unknown)}")
+    if args.processes < 1:
+        sys.exit(f"--processes {args.processes}: expected 1 or more")
     if args.baseline is not None:
         if not (args.baseline / "torch_fl" / "__init__.py").is_file():
             sys.exit(f"--baseline {args.baseline}: expected a checkout of torch_fl (no torch_fl/__init__.py there)")

@@ -161,13 +161,36 @@ def ratio_interval(
     """A bootstrap interval of median(reference) / median(mine) over interleaved rounds (None for
     fewer than 3). Round i of every side ran in one turn, under the machine's state of that moment,
     so rounds are resampled as pairs: a slow moment of the board weighs on both sides alike."""
-    n = min(len(reference), len(mine))
-    return _bootstrap(
-        n,
-        lambda picked: statistics.median(reference[i] for i in picked) / statistics.median(mine[i] for i in picked),
-        level,
-        draws,
-    )
+    return ratio_interval_by_process([reference], [mine], level, draws)
+
+
+def ratio_interval_by_process(
+    reference: Sequence[Sequence[float]],
+    mine: Sequence[Sequence[float]],
+    level: float = 0.95,
+    draws: int = 4000,
+) -> tuple[float, float] | None:
+    """ratio_interval where each side ran in several processes, each with its own rounds (round i of
+    every process in one turn). A process's speed moves with its memory layout by more than its own
+    rounds vary: two processes of one build differed by 2-8% on the host, with round intervals of
+    +-0.01. So each draw also resamples each side's processes; with one process per side this is
+    the paired round bootstrap alone."""
+    n = min(len(rounds) for rounds in (*reference, *mine))
+
+    def pick(processes: Sequence[Sequence[float]], rng: random.Random) -> list[Sequence[float]]:
+        if len(processes) == 1:
+            return list(processes)
+        return [processes[rng.randrange(len(processes))] for _ in processes]
+
+    rng = random.Random(1)  # the processes' draws: the same rounds give the same interval
+
+    def statistic(picked: list[int]) -> float:
+        ref, own = pick(reference, rng), pick(mine, rng)
+        return statistics.median(r[i] for r in ref for i in picked) / statistics.median(
+            m[i] for m in own for i in picked
+        )
+
+    return _bootstrap(n, statistic, level, draws)
 
 
 def median_interval(values: Sequence[float], level: float = 0.95, draws: int = 4000) -> tuple[float, float] | None:
@@ -232,7 +255,8 @@ class InterleavedRounds:
 
     def __init__(self, plan: RoundPlan, reference: str) -> None:
         self.plan, self.reference = plan, reference
-        self.times: dict[str, list[float]] = {}
+        self.times: dict[str, list[float]] = {}  # every round of a side, in the order added
+        self.by_process: dict[str, dict[int, list[float]]] = {}
         self.count = 0
 
     def __iter__(self) -> Iterator[int]:
@@ -242,21 +266,24 @@ class InterleavedRounds:
             yield self.count
             self.count += 1
 
-    def add(self, label: str, value: float) -> None:
+    def add(self, label: str, value: float, process: int = 0) -> None:
+        """A round of side `label` (of its process `process`, where a side runs in several)."""
         self.times.setdefault(label, []).append(value)
+        self.by_process.setdefault(label, {}).setdefault(process, []).append(value)
 
     def drop(self, label: str) -> None:
         """A side that failed: its rounds no longer count."""
         self.times.pop(label, None)
+        self.by_process.pop(label, None)
 
     def widest(self) -> float | None:
         """The widest interval of a side's ratio to the reference (None: too few rounds, or no side)."""
-        reference = self.times.get(self.reference, [])
+        reference = list(self.by_process.get(self.reference, {0: []}).values())
         widths = []
-        for label, mine in self.times.items():
+        for label, mine in self.by_process.items():
             if label == self.reference:
                 continue
-            bounds = ratio_interval(reference, mine)
+            bounds = ratio_interval_by_process(reference, list(mine.values()))
             if bounds is None:
                 return None
             widths.append(bounds[1] - bounds[0])

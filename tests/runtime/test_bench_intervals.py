@@ -41,6 +41,34 @@ def test_noise_gives_an_interval_around_the_true_ratio_that_narrows_with_rounds(
     assert many[1] - many[0] < few[1] - few[0]
 
 
+def test_resampled_processes_keep_one_build_from_reading_as_two(sides: ModuleType) -> None:
+    """One build on both sides, where a process may run 8% slower throughout (its memory layout,
+    say): one process per side, a fast one against a slow one, gives a narrow interval that reads
+    as a difference; two per side, resampled as processes, give one that holds 1."""
+    rng = random.Random(2)
+
+    def process(mean: float) -> list[float]:
+        return [mean * rng.uniform(0.99, 1.01) for _ in range(40)]
+
+    a_fast, a_slow, b_fast, b_slow = process(10.0), process(10.8), process(10.0), process(10.8)
+    one = sides.ratio_interval(a_fast, b_slow)
+    assert one[1] < 0.95, one
+    two = sides.ratio_interval_by_process([a_fast, a_slow], [b_fast, b_slow])
+    assert two[0] < 1 < two[1], two
+    # one process per side: the paired round bootstrap alone
+    assert sides.ratio_interval_by_process([a_fast], [b_slow]) == one
+
+
+def test_rounds_count_their_processes_toward_the_width(sides: ModuleType) -> None:
+    rounds = sides.InterleavedRounds(sides.RoundPlan(3, width=0.04, most=30), "plain")
+    for _ in rounds:
+        rounds.add("plain", 10.0)
+        rounds.add("flagos", 10.0, process=0)
+        rounds.add("flagos", 11.0, process=1)  # a slower process: no number of rounds narrows it
+    assert rounds.count == 30 and rounds.summary()["narrow_enough"] is False
+    assert rounds.times["flagos"][:2] == [10.0, 11.0]
+
+
 def test_too_few_rounds_give_no_interval(sides: ModuleType) -> None:
     assert sides.ratio_interval([1.0, 2.0], [1.0, 2.0]) is None
 

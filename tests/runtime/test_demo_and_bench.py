@@ -153,6 +153,7 @@ def test_model_zoo_bench_against_a_baseline_checkout(run_python, tmp_path):
         (base / name).symlink_to(REPO / name)
     out = tmp_path / "zoo.json"
     args = ["--host", "--models", "gpt2", "--modes", "prefill", "--variants", "tuned", "--rounds", "3"]
+    args += ["--processes", "2"]  # each side in two processes, the intervals resampling them too
     result = run_python(script("bench/model_zoo.py", *args, "--baseline", str(base), "--json", str(out)), env=PLATFORM)
     assert "flagos baseline" in result.stdout and "x baseline [" in result.stdout, result.stdout
     summary = json.loads(out.read_text())
@@ -162,6 +163,9 @@ def test_model_zoo_bench_against_a_baseline_checkout(run_python, tmp_path):
     assert set(case["sides"]) == {"plain", "flagos tuned", "flagos baseline"} and not case["failed"]
     tuned = case["flagos"]["tuned"]
     assert tuned["over_baseline"] > 0 and len(tuned["over_baseline_interval"]) == 2
+    for side in case["sides"].values():
+        assert side["processes"] == 2 and [len(r) for r in side["ms_by_process"]] == [3, 3]
+        assert sorted(side["ms_per_run_rounds"]) == sorted(side["ms_by_process"][0] + side["ms_by_process"][1])
     assert "over_baseline" not in case["flagos"]["baseline"]
 
 
