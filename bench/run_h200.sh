@@ -26,7 +26,8 @@
 #   boundary     bench/graph_boundary.py warm and after a $EVICT_MIB (32) MiB eviction ($BOUNDARY_ARGS)
 #   zoo          bench/model_zoo.py: public architectures, train / prefill / decode, plain CUDA against
 #                flagos tuned and native-only ($ZOO_MODELS: a comma-separated subset; $ZOO_ARGS, e.g.
-#                `--interval-width 0.04 --case-seconds 90`: rounds until each interval is about +-0.02)
+#                `--interval-width 0.04 --case-seconds 90`: rounds until each interval is about +-0.02;
+#                add `--processes 3` where a row or a change is within a few percent of its mark)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
