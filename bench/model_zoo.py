@@ -411,13 +411,14 @@ class Run:
         if any(r["checks"] != result["checks"] for r in replies):
             return {"error": f"the processes of {label} computed different results"}
         ms, cpu = [r["ms_per_run_rounds"] for r in replies], [r["host_cpu_ms_per_run_rounds"] for r in replies]
-        pooled = [x for rounds in ms for x in rounds]
+        all_ms, all_cpu = [x for rounds in ms for x in rounds], [x for rounds in cpu for x in rounds]
         return {
             **result,
             "processes": len(replies),
-            "ms_per_run": statistics.median(pooled),
-            "ms_per_run_rounds": pooled,
-            "host_cpu_ms_per_run": statistics.median(x for rounds in cpu for x in rounds),
+            "ms_per_run": statistics.median(all_ms),
+            "ms_per_run_rounds": all_ms,
+            "host_cpu_ms_per_run": statistics.median(all_cpu),
+            "host_cpu_ms_per_run_rounds": all_cpu,
             "ms_by_process": ms,
             "cpu_ms_by_process": cpu,
         }

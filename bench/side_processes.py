@@ -255,8 +255,7 @@ class InterleavedRounds:
 
     def __init__(self, plan: RoundPlan, reference: str) -> None:
         self.plan, self.reference = plan, reference
-        self.times: dict[str, list[float]] = {}  # every round of a side, in the order added
-        self.by_process: dict[str, dict[int, list[float]]] = {}
+        self.by_process: dict[str, dict[int, list[float]]] = {}  # each side's rounds, per process
         self.count = 0
 
     def __iter__(self) -> Iterator[int]:
@@ -266,14 +265,17 @@ class InterleavedRounds:
             yield self.count
             self.count += 1
 
+    @property
+    def times(self) -> dict[str, list[float]]:
+        """Every side's rounds, round by round (each round's processes in order)."""
+        return {label: [x for turn in zip(*rounds.values()) for x in turn] for label, rounds in self.by_process.items()}
+
     def add(self, label: str, value: float, process: int = 0) -> None:
         """A round of side `label` (of its process `process`, where a side runs in several)."""
-        self.times.setdefault(label, []).append(value)
         self.by_process.setdefault(label, {}).setdefault(process, []).append(value)
 
     def drop(self, label: str) -> None:
         """A side that failed: its rounds no longer count."""
-        self.times.pop(label, None)
         self.by_process.pop(label, None)
 
     def widest(self) -> float | None:
@@ -301,7 +303,7 @@ class InterleavedRounds:
     def _wants_more(self, elapsed: float) -> bool:
         if self.plan.width is None or self.count >= self.plan.most or elapsed >= self.plan.seconds:
             return False
-        if self.reference not in self.times or len(self.times) < 2:  # nothing left to compare
+        if self.reference not in self.by_process or len(self.by_process) < 2:  # nothing left to compare
             return False
         widest = self.widest()
         return widest is None or widest > self.plan.width

@@ -166,6 +166,7 @@ def test_model_zoo_bench_against_a_baseline_checkout(run_python, tmp_path):
     for side in case["sides"].values():
         assert side["processes"] == 2 and [len(r) for r in side["ms_by_process"]] == [3, 3]
         assert sorted(side["ms_per_run_rounds"]) == sorted(side["ms_by_process"][0] + side["ms_by_process"][1])
+        assert sorted(side["host_cpu_ms_per_run_rounds"]) == sorted(sum(side["cpu_ms_by_process"], []))
     assert "over_baseline" not in case["flagos"]["baseline"]
 
 
