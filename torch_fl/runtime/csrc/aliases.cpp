@@ -115,17 +115,33 @@ class PooledAlias final : public c10::TensorImpl {
  public:
   using TensorImpl::TensorImpl;
 
+  // Its own device, read without TensorImpl::device()'s policy check: an alias has no custom device.
+  c10::Device own_device() const { return *device_opt_; }
+
   // `t`'s geometry (a dense tensor with TensorImpl's default size and stride policy, as flagos's are),
   // unless the alias has it already: a call that passes the same shapes again finds them.
   void take_geometry(const c10::TensorImpl& t) {
     if (same_geometry(*this, t)) return;
-    sizes_and_strides_ = ImplFields::geometry(t);
+    const c10::impl::SizesAndStrides& geometry = ImplFields::geometry(t);
+    if (C10_UNLIKELY(geometry.size() > kInlineRank || sizes_and_strides_.size() > kInlineRank ||
+                     t.has_symbolic_sizes_strides())) {
+      return take_any_geometry(t);
+    }
+    sizes_and_strides_ = geometry;  // both inline: a fixed-size copy
     storage_offset_ = ImplFields::offset(t);
-    numel_ = t.numel();
+    numel_ = ImplFields::numel(t);
+    take_flags(t);
+  }
+
+ private:
+  // SizesAndStrides keeps up to this many dimensions in place (no heap buffer to grow or free).
+  static constexpr size_t kInlineRank = 5;
+
+  // The contiguity flags: only ranks 4 and 5 have channels-last flags (TensorImpl's own refresh
+  // clears them for the others), which spares most arguments four reads of them.
+  void take_flags(const c10::TensorImpl& t) {
     is_contiguous_ = t.is_contiguous();
     is_non_overlapping_and_dense_ = t.is_non_overlapping_and_dense();
-    // Only ranks 4 and 5 have channels-last flags (TensorImpl's own refresh clears them for the
-    // others), which spares most arguments four reads of them.
     const size_t rank = sizes_and_strides_.size();
     if (rank == 4 || rank == 5) {
       take_channels_last_flags(t, rank);
@@ -135,7 +151,14 @@ class PooledAlias final : public c10::TensorImpl {
     }
   }
 
- private:
+  // Out of line: more than five dimensions on either side, or symbolic sizes.
+  TORCH_FL_COLD void take_any_geometry(const c10::TensorImpl& t) {
+    sizes_and_strides_ = ImplFields::geometry(t);
+    storage_offset_ = ImplFields::offset(t);
+    numel_ = t.numel();
+    take_flags(t);
+  }
+
   // Out of line: most of a model's arguments have another rank.
   C10_NOINLINE void take_channels_last_flags(const c10::TensorImpl& t, size_t rank) {
     is_channels_last_contiguous_ = t.is_contiguous(c10::MemoryFormat::ChannelsLast);
@@ -157,32 +180,46 @@ void take_lazy_bits(c10::TensorImpl* alias, const c10::TensorImpl& t) {
   if (C10_UNLIKELY((alias->key_set() | t.key_set()).has_any(lazy_bits))) copy_lazy_bits(alias, t);
 }
 
-// A new borrowing alias, empty: a borrow fills it from its argument as it does a reused one
-// (reset_alias). Resizable through the backing allocator: an out= kernel may grow it, and the caller
+// A new borrowing alias, empty (of bytes): a borrow fills it from its argument, dtype included, as
+// it does a reused one (reset_alias). Resizable through the backing allocator: an out= kernel may grow it, and the caller
 // then moves the new buffer into the flagos storage. Not TensorImpl's VIEW constructor, for the
 // reason like_over gives. Cold: once a model runs, its calls find aliases in the pool.
-TORCH_FL_COLD at::Tensor new_alias(c10::Device device, caffe2::TypeMeta dtype) {
+TORCH_FL_COLD at::Tensor new_alias(c10::Device device) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device),
                        c10::GetAllocator(backing().type), true);
-  return at::detail::make_tensor<PooledAlias>(std::move(storage), backing().keys, dtype);
+  return at::detail::make_tensor<PooledAlias>(std::move(storage), backing().keys, caffe2::TypeMeta::Make<uint8_t>());
+}
+
+// The storage of a tensor without one: storage()'s own error.
+TORCH_FL_COLD const c10::Storage& checked_storage(const c10::TensorImpl& t) { return t.storage(); }
+
+// Points a pooled alias's storage at `data`, of `nbytes`. A borrowing DataPtr has no deleter, so
+// the address is all it holds: set in place, without the new DataPtr and the check flags a
+// replaced one recomputes (an alias is never copy-on-write, nor barred from its data). A DataPtr
+// that a kernel left with a deleter of its own is replaced.
+void point_alias_at(c10::StorageImpl* si, void* data, size_t nbytes, c10::Device device) {
+  if (C10_UNLIKELY(!si->_mutable_data_ptr_no_checks().unsafe_reset_data_and_ctx(data))) {
+    si->set_data_ptr_noswap(c10::DataPtr(data, device));
+  }
+  si->unsafe_set_nbytes(nbytes);  // never symbolic: set by us, or by a backing allocator's resize
 }
 
 // The pooled alias `alias` made over `t`'s bytes, dtype and geometry.
-void reset_alias(PooledAlias* alias, const at::Tensor& t, c10::Device device) {
-  const c10::Storage& s = t.storage();
+void reset_alias(PooledAlias* alias, const c10::TensorImpl& t, c10::Device device) {
+  // Read without storage()'s check, a call through TensorImpl's table of virtual functions: a
+  // dense flagos tensor has a storage, and the tensors that refuse access to theirs (functional
+  // and batching wrappers, fakes) are unwrapped before a backend kernel runs.
+  const c10::Storage& s = C10_LIKELY(t.unsafe_storage()) ? t.unsafe_storage() : checked_storage(t);
   c10::StorageImpl* si = alias->unsafe_storage().unsafeGetStorageImpl();  // a plain strided alias of ours
   // mutable_data() first: it gives a lazily cloned buffer its own bytes before any kernel writes.
   void* data = s.mutable_data();
+  const size_t nbytes = s.nbytes();
   // An alias that last served these bytes (the same tensor a step later, or a buffer the caching
-  // allocator handed out again at the same address) keeps its pointer: it borrows, so address and
-  // size are all it holds.
-  if (si->data() != data || si->nbytes() != s.nbytes()) {
-    si->set_data_ptr_noswap(c10::DataPtr(data, device));
-    si->set_nbytes(s.nbytes());
-  }
+  // allocator handed out again at the same address) keeps its pointer.
+  if (si->data() != data || si->nbytes() != nbytes) point_alias_at(si, data, nbytes, device);
   if (alias->dtype() != t.dtype()) ImplFields::set_dtype(*alias, t.dtype());
-  alias->take_geometry(*t.unsafeGetTensorImpl());
-  take_lazy_bits(alias, *t.unsafeGetTensorImpl());
+  alias->take_geometry(t);
+  take_lazy_bits(alias, t);
 }
 
 }  // namespace
@@ -196,18 +233,15 @@ class AliasPool {
  public:
   static constexpr size_t kMaxAliases = 512;
 
-  // A pooled alias usable for an argument on `device` (as a written argument where `written`), or
-  // undefined.
+  // A pooled alias for an argument on `device` (as a written argument where `written`): the newest
+  // one, which nearly always serves, else an older one or a new one (out of line).
   at::Tensor take(c10::Device device, bool written) {
-    for (size_t i = aliases_.size(), seen = 0; i-- > 0 && seen < kLookedAt; ++seen) {
-      if (usable(aliases_[i], device, written)) {
-        if (i + 1 != aliases_.size()) std::swap(aliases_[i], aliases_.back());
-        at::Tensor a = std::move(aliases_.back());
-        aliases_.pop_back();
-        return a;
-      }
+    if (C10_LIKELY(!aliases_.empty() && usable(aliases_.back(), device, written))) {
+      at::Tensor a = std::move(aliases_.back());
+      aliases_.pop_back();
+      return a;
     }
-    return {};
+    return search(device, written);
   }
 
   // Keeps a reusable alias (the caller checked that nothing else holds it), while there is room.
@@ -216,9 +250,7 @@ class AliasPool {
   }
 
  private:
-  // Aliases of other devices, or made in inference mode, are few: the newest entries are enough to
-  // look at.
-  static constexpr size_t kLookedAt = 4;
+  static constexpr size_t kLookedAt = 4;  // how many of the newest aliases `search` looks at
 
   // An alias made in inference mode has no version counter, which a kernel writing to it outside
   // inference mode would bump and refuse: it serves a written argument only in inference mode (the
@@ -226,7 +258,22 @@ class AliasPool {
   // be read in either mode, and a normal one written in either. Its device label is its own (borrow
   // resets only its storage's).
   static bool usable(const at::Tensor& a, c10::Device device, bool written) {
-    return a.device() == device && (!written || !a.is_inference() || c10::InferenceMode::is_enabled());
+    return static_cast<const PooledAlias*>(a.unsafeGetTensorImpl())->own_device() == device &&
+           (!written || !a.is_inference() || c10::InferenceMode::is_enabled());
+  }
+
+  // Below the newest: aliases of other devices, or made in inference mode, are few, so the newest
+  // few entries are enough to look at; where none serves, a new alias.
+  TORCH_FL_COLD at::Tensor search(c10::Device device, bool written) {
+    for (size_t i = aliases_.size(), seen = 0; i-- > 0 && seen < kLookedAt; ++seen) {
+      if (usable(aliases_[i], device, written)) {
+        std::swap(aliases_[i], aliases_.back());
+        at::Tensor a = std::move(aliases_.back());
+        aliases_.pop_back();
+        return a;
+      }
+    }
+    return new_alias(device);
   }
 
   std::vector<at::Tensor> aliases_;
@@ -263,8 +310,8 @@ TORCH_FL_HOT Borrower::Borrower() : pool_(C10_LIKELY(t_alias_pool != nullptr) ? 
 TORCH_FL_HOT at::Tensor Borrower::borrow(const at::Tensor& t, bool written) {
   const c10::Device device = to_backing(t.device());
   at::Tensor alias = pool_.take(device, written);
-  if (!alias.defined()) alias = new_alias(device, t.dtype());
-  reset_alias(static_cast<PooledAlias*>(alias.unsafeGetTensorImpl()), t, device);  // the pool holds only these
+  // the pool holds only these
+  reset_alias(static_cast<PooledAlias*>(alias.unsafeGetTensorImpl()), *t.unsafeGetTensorImpl(), device);
   return alias;
 }
 

@@ -64,6 +64,8 @@ struct ImplFields : c10::TensorImpl {
     return t.*&ImplFields::sizes_and_strides_;
   }
   static int64_t offset(const c10::TensorImpl& t) { return t.*&ImplFields::storage_offset_; }
+  // The stored element count, which numel() returns unless the sizes are symbolic or custom.
+  static int64_t numel(const c10::TensorImpl& t) { return t.*&ImplFields::numel_; }
   static void set_device(c10::TensorImpl& t, c10::Device d) { t.*& ImplFields::device_opt_ = d; }
   static void set_dtype(c10::TensorImpl& t, caffe2::TypeMeta dtype) { t.*& ImplFields::data_type_ = dtype; }
   static c10::DispatchKeySet& keys(c10::TensorImpl& t) { return t.*&ImplFields::key_set_; }
