@@ -59,6 +59,27 @@ def test_each_reuse_takes_the_new_arguments_memory_format(same: Callable[..., No
                 assert out.stride() == ref.stride()
 
 
+def test_an_alias_moves_between_ranks_kept_in_place_and_past_them(same: Callable[..., None]) -> None:
+    # Sizes and strides of up to five dimensions sit inside a TensorImpl, more on the heap: a pooled
+    # alias that served one kind then serves the other, and back, with the right geometry each time.
+    g = torch.Generator().manual_seed(4)
+    deep = torch.randn(2, 1, 3, 2, 2, 3, generator=g)
+    cpu, fl = _pairs(
+        torch.randn(4, 5, generator=g),
+        deep,
+        deep.transpose(0, 5),  # non-contiguous, past five dimensions
+        torch.tensor(2.5),  # no dimensions
+        torch.randn(1, 2, 1, 2, 1, 2, 1, generator=g),
+        torch.randn(3, 2, 2, 2, 2, generator=g),
+    )
+    for _ in range(3):
+        for c, f in zip(cpu, fl, strict=True):
+            result, expected = f * 2, c * 2
+            same(result, expected)
+            assert result.stride() == expected.stride()
+            same(f.sum(dim=-1), c.sum(dim=-1))
+
+
 def test_aliases_of_one_shape_take_each_calls_dtype_and_lazy_bits(same: Callable[..., None]) -> None:
     # A pooled alias serves arguments of one shape that differ in dtype and in the lazy conjugate
     # and negative bits, which each reuse must set or clear.
