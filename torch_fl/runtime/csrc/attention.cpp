@@ -51,9 +51,10 @@ int64_t pooled_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
   NativeArguments args;
   args.arguments_outlive_call = true;
-  const size_t iq = args.dense(q, false), ik = args.dense(k, false), iv = args.dense(v, false);
+  // no tensor results: the arguments need no swaps
+  const size_t iq = args.unmapped(q, false), ik = args.unmapped(k, false), iv = args.unmapped(v, false);
   std::optional<at::Tensor> m;  // released before `args` hands the aliases back
-  if (mask != nullptr) m = args.aliases[args.dense(*mask, false)];
+  if (mask != nullptr) m = args.aliases[args.unmapped(*mask, false)];
   return at::_ops::_fused_sdp_choice::redispatch(backing().keys, args.aliases[iq], args.aliases[ik], args.aliases[iv],
                                                  m, dropout_p, is_causal, scale, enable_gqa);
 }

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/TensorOptions.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -70,6 +71,9 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
       }
       info->args.push_back(arg);
     }
+    const auto& returns = schema.returns();
+    info->returns_fresh =
+        std::none_of(returns.begin(), returns.end(), [](const c10::Argument& r) { return r.alias_info() != nullptr; });
     // Composite kernels count: on backing aliases they run as they would for the backing.
     info->backing_has_kernel = op.hasComputedKernelForDispatchKey(backing().key);
     info->force_cpu = r.forced_cpu.count(info->name) != 0;
@@ -182,7 +186,7 @@ TORCH_FL_HOT size_t NativeArguments::dense(const at::Tensor& t, bool written) {
 TORCH_FL_HOT void NativeArguments::list(c10::ArrayRef<at::Tensor> tensors, bool written) {
   const size_t start = aliases.size();
   for (const at::Tensor& t : tensors) unmapped(t, written);
-  if (lists_unmapped) return;
+  if (lists_unmapped || (reads_unmapped && !written)) return;
   for (size_t i = 0; i < tensors.size(); ++i) swap(start + i, tensors[i], written);
 }
 

@@ -26,6 +26,8 @@ struct OpInfo {
   std::vector<Arg> args;
   int generator_arg = -1;
   bool backing_has_kernel = true;
+  // The schema gives no return an alias annotation: no result is an argument or a view of one.
+  bool returns_fresh = false;
   std::atomic<bool> force_cpu{false};
   std::atomic<bool> logged{false};
   std::atomic<uint64_t> native_calls{0};
@@ -122,6 +124,9 @@ struct NativeArguments {
   // No result can be a list's member and none is written back (a void in-place op): list members
   // need no swaps.
   bool lists_unmapped = false;
+  // No result can be an argument or a view of one (a dense call of an op whose returns carry no
+  // alias annotation): read arguments need no swaps.
+  bool reads_unmapped = false;
   ListAliases last_list;  // the last list argument borrowed
 
   NativeArguments() = default;
@@ -147,8 +152,12 @@ struct NativeArguments {
     aliases.emplace_back(borrower.borrow(t, written));
     return aliases.size() - 1;
   }
+  // A dense flagos argument's alias, with a swap unless it is read and reads_unmapped.
+  size_t argument(const at::Tensor& t, bool written) {
+    return written || !reads_unmapped ? dense(t, written) : unmapped(t, false);
+  }
   // The aliases of a list of dense flagos tensors, appended to `aliases` in its order (with swaps
-  // unless lists_unmapped).
+  // unless lists_unmapped, or reads_unmapped for a read list).
   void list(c10::ArrayRef<at::Tensor> tensors, bool written);
   void other_tensor(const at::Tensor& t) {
     if (host_backed() && t.defined() && t.dim() > 0) host_operand = t.device();

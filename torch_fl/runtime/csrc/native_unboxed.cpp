@@ -51,7 +51,7 @@ struct TensorPass {
   TORCH_FL_HOT TensorPass(Ref t, NativeArguments& a, Arg kind) : original(t) {
     if (is_flagos(t)) {
       args = &a;
-      alias = a.dense(t, kind == Arg::kWrite);  // call() sent calls with a sparse argument elsewhere
+      alias = a.argument(t, kind == Arg::kWrite);  // call() sent calls with a sparse argument elsewhere
     } else {
       a.other_tensor(t);
     }
@@ -83,7 +83,7 @@ using Borrowed = c10::MaybeOwnedTraits<at::Tensor>;
 
 // The dense flagos argument `t` as a borrowed handle on its alias; `t` itself where it is not flagos.
 inline at::Tensor borrowed_alias(const at::Tensor& t, NativeArguments& args, bool written) {
-  return Borrowed::createBorrow(is_flagos(t) ? args.aliases[args.dense(t, written)] : t);
+  return Borrowed::createBorrow(is_flagos(t) ? args.aliases[args.argument(t, written)] : t);
 }
 
 template <>
@@ -316,6 +316,9 @@ struct Unboxed<Op, R(A...)> {
   TORCH_FL_HOT static R native(A&... a) {
     NativeArguments args;  // declared first: its aliases return to the pool after the passes let go
     args.arguments_outlive_call = true;
+    // Dense calls only (call() sends the others to the boxed route): a sparse result may hold an
+    // argument as its member (the indices a sparse kernel shares), which no annotation says.
+    args.reads_unmapped = info().returns_fresh;
     if constexpr (kTakesList) {
       // Room for every alias at once: a list passes the run of aliases it borrows, which must not
       // move; growing the swaps would move every one made (a foreach op's lists would regrow them
