@@ -184,9 +184,8 @@ void take_lazy_bits(c10::TensorImpl* alias, const c10::TensorImpl& t) {
 // it does a reused one (reset_alias). Resizable through the backing allocator: an out= kernel may grow it, and the caller
 // then moves the new buffer into the flagos storage. Not TensorImpl's VIEW constructor, for the
 // reason like_over gives. Cold: once a model runs, its calls find aliases in the pool.
-TORCH_FL_COLD at::Tensor new_alias(c10::Device device) {
-  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device),
-                       c10::GetAllocator(backing().type), true);
+TORCH_FL_COLD at::Tensor new_alias(c10::Device device, c10::Allocator* allocator) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device), allocator, true);
   return at::detail::make_tensor<PooledAlias>(std::move(storage), backing().keys, caffe2::TypeMeta::Make<uint8_t>());
 }
 
@@ -233,6 +232,13 @@ class AliasPool {
  public:
   static constexpr size_t kMaxAliases = 512;
 
+  AliasPool() : allocator_(c10::GetAllocator(backing().type)) {}
+
+  // The backing allocator the pool's aliases resize through, read once per thread rather than
+  // through a call into c10 on every routed call. (One installed later leaves the pool's aliases
+  // with the allocator they were made with, as it leaves any existing storage.)
+  c10::Allocator* allocator() const { return allocator_; }
+
   // A pooled alias for an argument on `device` (as a written argument where `written`): the newest
   // one, which nearly always serves, else an older one or a new one (out of line).
   at::Tensor take(c10::Device device, bool written) {
@@ -273,9 +279,10 @@ class AliasPool {
         return a;
       }
     }
-    return new_alias(device);
+    return new_alias(device, allocator_);
   }
 
+  c10::Allocator* allocator_;
   std::vector<at::Tensor> aliases_;
 };
 
@@ -335,11 +342,11 @@ inline bool reusable(const at::Tensor& alias, const c10::Allocator* allocator) {
 }  // namespace
 
 TORCH_FL_HOT void Borrower::give_back(at::Tensor&& alias) {
-  if (reusable(alias, c10::GetAllocator(backing().type))) pool_.put(std::move(alias));
+  if (reusable(alias, pool_.allocator())) pool_.put(std::move(alias));
 }
 
 TORCH_FL_HOT void Borrower::give_back(at::Tensor* aliases, size_t n) {
-  const c10::Allocator* allocator = c10::GetAllocator(backing().type);
+  const c10::Allocator* allocator = pool_.allocator();
   for (size_t i = n; i-- > 0;) {
     if (reusable(aliases[i], allocator)) pool_.put(std::move(aliases[i]));
   }
