@@ -181,9 +181,10 @@ void take_lazy_bits(c10::TensorImpl* alias, const c10::TensorImpl& t) {
 }
 
 // A new borrowing alias, empty (of bytes): a borrow fills it from its argument, dtype included, as
-// it does a reused one (reset_alias). Resizable through the backing allocator: an out= kernel may grow it, and the caller
-// then moves the new buffer into the flagos storage. Not TensorImpl's VIEW constructor, for the
-// reason like_over gives. Cold: once a model runs, its calls find aliases in the pool.
+// it does a reused one (reset_alias). Resizable through the backing allocator: an out= kernel may
+// grow it, and the caller then moves the new buffer into the flagos storage. Not TensorImpl's VIEW
+// constructor, for the reason like_over gives. Cold: once a model runs, its calls find aliases in
+// the pool.
 TORCH_FL_COLD at::Tensor new_alias(c10::Device device, c10::Allocator* allocator) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, device), allocator, true);
   return at::detail::make_tensor<PooledAlias>(std::move(storage), backing().keys, caffe2::TypeMeta::Make<uint8_t>());
