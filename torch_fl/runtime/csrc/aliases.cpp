@@ -190,7 +190,8 @@ TORCH_FL_COLD at::Tensor new_alias(c10::Device device, c10::Allocator* allocator
   return at::detail::make_tensor<PooledAlias>(std::move(storage), backing().keys, caffe2::TypeMeta::Make<uint8_t>());
 }
 
-// The storage of a tensor without one: storage()'s own error.
+// The storage of a tensor that holds none here: storage() raises its error where the tensor refuses
+// access to its storage.
 TORCH_FL_COLD const c10::Storage& checked_storage(const c10::TensorImpl& t) { return t.storage(); }
 
 // Points a pooled alias's storage at `data`, of `nbytes`. A borrowing DataPtr has no deleter, so
