@@ -322,11 +322,12 @@ struct Unboxed<Op, R(A...)> {
     if constexpr (kTakesList) {
       // Room for every alias at once: a list passes the run of aliases it borrows, which must not
       // move; growing the swaps would move every one made (a foreach op's lists would regrow them
-      // twice).
+      // twice). Where neither list members nor read arguments get swaps, none is reserved: the
+      // room would be a heap buffer per call for a list longer than the swaps' inline six.
       const size_t most = (aliases_at_most(a) + ...);
       args.aliases.reserve(most);
       args.lists_unmapped = std::is_void_v<R> && kWritesInPlace<Op>;
-      if (!args.lists_unmapped) args.swaps.reserve(most);
+      if (!args.lists_unmapped && !args.reads_unmapped) args.swaps.reserve(most);
     }
     size_t i = 0;
     std::tuple<Pass<A>...> passes{Pass<A>(a, args, info().args[i++])...};
