@@ -3,10 +3,12 @@
     FLAGOS_PLATFORM=nvidia_h200 python bench/cuda_graphs.py
     FLAGOS_PLATFORM=nvidia_h200 python bench/cuda_graphs.py --cases mlp --rounds 7 --json out.json
 
-Two sides, each a live process (bench/side_processes.py): plain CUDA (it never imports torch_fl)
-and flagos with the platform's routes. Both build each case from the same seeded CPU weights, warm
-it up (compile, CUDA graph recording), then the timed rounds interleave across the sides and the
-medians are compared, each ratio with a 95% bootstrap interval over the rounds (paired). With
+Two sides, each in live processes (bench/side_processes.py; --processes N per side, default 1):
+plain CUDA (it never imports torch_fl) and flagos with the platform's routes. Every process builds
+each case from the same seeded CPU weights, warms it up (compile, CUDA graph recording), then the
+timed rounds interleave across the sides and their processes, each round on the cores the zoo's
+rounds use (side_processes.shared_cpus), and the medians are compared, each ratio with a 95%
+bootstrap interval over the rounds (paired) and, with several processes, the processes. With
 --interval-width W, rounds are added after --rounds until the interval is at most W wide (within
 --max-rounds and --case-seconds; keep those inside --timeout); a case that stops short says WIDE.
 
@@ -60,9 +62,11 @@ from side_processes import (  # noqa: E402
     RoundPlan,
     Side,
     add_round_options,
-    ratio_interval,
+    on_round_cpus,
+    ratio_interval_by_process,
     reply,
     serve,
+    shared_cpus,
     side_env,
     timed_without_gc,
     zoo_module,
@@ -248,7 +252,7 @@ class GraphSide:
     def round(self, runs: int) -> dict:
         assert self.run is not None
         self.sync()
-        with timed_without_gc() as timed:
+        with on_round_cpus(), timed_without_gc() as timed:
             for _ in range(runs):
                 self.run()
             self.sync()
@@ -295,25 +299,29 @@ def agree(case: str, plain: list, flagos: list) -> bool:
 
 def summarize(
     case: str,
-    built: dict[str, dict],
-    rounds: dict[str, list[float]],
+    built: dict[str, list[dict]],
+    rounds: dict[str, list[list[float]]],
     runs: int,
     calls: dict[str, list[dict]] | None = None,
 ) -> dict:
-    """A case's numbers: per side the median round as us per call (mlp) or tokens/s (decode), and
-    flagos against plain (a time ratio for mlp, a rate ratio for decode; > 1 means flagos is slower
-    for mlp, faster for decode), with its bootstrap interval; and the case's verdict."""
+    """A case's numbers from each side's processes (`built`: their build replies, with
+    "recorded_after_rounds" once timed; `rounds`: their wall seconds per round): per side the median
+    round as us per call (mlp) or tokens/s (decode), and flagos against plain (a time ratio for
+    mlp, a rate ratio for decode; > 1 means flagos is slower for mlp, faster for decode), with its
+    bootstrap interval over the rounds and the processes; and the case's verdict."""
     sides: dict[str, dict] = {}
-    for side, walls in rounds.items():
-        per_run = statistics.median(walls) / runs
-        work = built[side]["work"]
+    for side, by_process in rounds.items():
+        per_run = statistics.median(w for walls in by_process for w in walls) / runs
+        work = built[side][0]["work"]
         value = per_run * 1e6 if case == "mlp" else work / per_run
-        recorded = built[side]["recorded"]
         sides[side] = {
             "value": round(value, 2),
-            "recorded": recorded,
-            "recorded_in_rounds": built[side].get("recorded_after_rounds", recorded) - recorded,
-            "skips": built[side]["skips"],
+            "processes": len(by_process),
+            "recorded": min(b["recorded"] for b in built[side]),
+            "recorded_in_rounds": max(
+                b.get("recorded_after_rounds", b["recorded"]) - b["recorded"] for b in built[side]
+            ),
+            "skips": sum(b["skips"] for b in built[side]),
             # the median round's us per graph call: the whole call and the tree manager's part
             "graph_call_us": {
                 part: round(statistics.median(vs), 2)
@@ -325,16 +333,20 @@ def summarize(
     result: dict = {"case": case, "unit": "us/call" if case == "mlp" else "tokens/s", "sides": sides}
     plain, flagos = rounds["plain"], rounds["flagos"]
     # The time ratio flagos/plain (mlp), or the rate ratio flagos/plain (decode) = plain/flagos time.
-    interval = ratio_interval(plain, flagos) if case == "decode" else ratio_interval(flagos, plain)
-    ratio = statistics.median(flagos) / statistics.median(plain)
+    interval = (
+        ratio_interval_by_process(plain, flagos) if case == "decode" else ratio_interval_by_process(flagos, plain)
+    )
+    ratio = statistics.median(w for walls in flagos for w in walls) / statistics.median(
+        w for walls in plain for w in walls
+    )
     result["ratio"] = round(ratio if case == "mlp" else 1 / ratio, 4)
     result["interval"] = interval
     problems = []
     for side in ("plain", "flagos"):
-        if built[side]["recorded"] == 0:
+        if sides[side]["recorded"] == 0:
             problems.append(f"{side}: no CUDA graph recorded")
-        if built[side]["skips"]:
-            problems.append(f"{side}: {built[side]['skips']} cudagraph skips")
+        if sides[side]["skips"]:
+            problems.append(f"{side}: {sides[side]['skips']} cudagraph skips")
 
     # A graph flagos records during the timed rounds where plain CUDA does not means its inputs
     # stopped matching the recorded ones (a recording per call, timed as a replay). Plain may record
@@ -342,7 +354,8 @@ def summarize(
     again = {side: sides[side]["recorded_in_rounds"] for side in ("plain", "flagos")}
     if again["flagos"] > again["plain"]:
         problems.append(f"flagos: {again['flagos']} graphs recorded during the timed rounds (plain: {again['plain']})")
-    if not agree(case, built["plain"]["check"], built["flagos"]["check"]):
+    reference = built["plain"][0]["check"]
+    if not all(agree(case, reference, b["check"]) for side in ("plain", "flagos") for b in built[side]):
         problems.append("outputs differ between plain and flagos")
     result["problems"] = problems
     result["ok"] = not problems
@@ -415,27 +428,33 @@ def kill(side: Side) -> None:
         pass
 
 
-def run_case(case: str, sides: dict[str, Side], dims: Dims, runs: int, plan: RoundPlan) -> dict:
-    for side in sides.values():
+def run_case(case: str, sides: dict[str, list[Side]], dims: Dims, runs: int, plan: RoundPlan) -> dict:
+    """One case on every process of every side: build everywhere, then interleaved timed rounds
+    (each process of each side times one round per turn)."""
+    for side in (s for processes in sides.values() for s in processes):
         side.send("build", case=case, dims=dims.__dict__)
-    built = {name: side.receive() for name, side in sides.items()}
-    for name, reply_ in built.items():
-        if reply_ is None or "error" in reply_:
-            why = sides[name].failed if reply_ is None else reply_["error"]
-            return {"case": case, "error": f"{name} side: {why} (log: {sides[name].log})"}
+    built: dict[str, list[dict]] = {}
+    for name, processes in sides.items():
+        for side in processes:
+            reply_ = side.receive()
+            if reply_ is None or "error" in reply_:
+                why = side.failed if reply_ is None else reply_["error"]
+                return {"case": case, "error": f"{name} side: {why} (log: {side.log})"}
+            built.setdefault(name, []).append(reply_)
     rounds = InterleavedRounds(plan, "plain")
     calls: dict[str, list[dict]] = {name: [] for name in sides}
     for _ in rounds:
-        for name, side in sides.items():
-            answer = side.ask("round", runs=runs)
-            if answer is None or "error" in answer:
-                why = side.failed if answer is None else answer["error"]
-                return {"case": case, "error": f"{name} side: {why} (log: {side.log})"}
-            rounds.add(name, answer["wall_s"])
-            calls[name].append(answer.get("graph_call_us", {}))
-            built[name]["recorded_after_rounds"] = answer["recorded"]
-    built = {name: b for name, b in built.items() if b is not None}
-    return {**summarize(case, built, rounds.times, runs, calls), **rounds.summary()}
+        for name, processes in sides.items():
+            for process, side in enumerate(processes):
+                answer = side.ask("round", runs=runs)
+                if answer is None or "error" in answer:
+                    why = side.failed if answer is None else answer["error"]
+                    return {"case": case, "error": f"{name} side: {why} (log: {side.log})"}
+                rounds.add(name, answer["wall_s"], process)
+                calls[name].append(answer.get("graph_call_us", {}))
+                built[name][process]["recorded_after_rounds"] = answer["recorded"]
+    by_process = {name: list(walls.values()) for name, walls in rounds.by_process.items()}
+    return {**summarize(case, built, by_process, runs, calls), **rounds.summary()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -451,6 +470,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=Dims.hidden, help="Llama hidden size")
     parser.add_argument("--lm-layers", type=int, default=Dims.lm_layers, help="Llama layers")
     parser.add_argument("--new-tokens", type=int, default=Dims.new_tokens, help="tokens generated per call")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="processes per side; with 2 or more each interval also resamples the processes (a process's "
+        "speed moves with its memory layout by more than its rounds vary)",
+    )
     parser.add_argument("--timeout", type=float, default=150.0, help="the whole run's limit in seconds")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--side", choices=("plain", "flagos"), help=argparse.SUPPRESS)  # a side's process
@@ -458,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.side:
         serve_side(args.side, args.timeout)
         return 0
+    if args.processes < 1:
+        parser.error(f"--processes {args.processes}: expected 1 or more")
     cases = [c for c in args.cases.split(",") if c]
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
@@ -469,26 +497,33 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="cuda_graphs_"))
     table = scratch / "empty_routes.yaml"  # side_env's argument; the "tuned" sides keep routes.yaml
     started = time.perf_counter()
+    cpus = shared_cpus()
     sides = {
-        name: Side(
-            [sys.executable, __file__, "--side", name, "--timeout", str(args.timeout)],
-            side_env(name, "tuned", table),
-            scratch / f"{name}.log",
-            wait=False,
-            session=True,
-        )
+        name: [
+            Side(
+                [sys.executable, __file__, "--side", name, "--timeout", str(args.timeout)],
+                side_env(name, "tuned", table),
+                scratch / f"{name}-{process}.log",
+                wait=False,
+                cpus=cpus,
+                session=True,
+            )
+            for process in range(args.processes)
+        ]
         for name in ("plain", "flagos")
     }
-    deadline = Deadline(args.timeout, list(sides.values()))
+    every = [side for processes in sides.values() for side in processes]
+    deadline = Deadline(args.timeout, every)
     results: list[dict] = []
     info: dict = {}
     try:
-        for name, side in sides.items():
-            ready = side.wait()
-            if ready is None:
-                results.append({"case": "start", "error": f"{name} side: {side.failed} (log: {side.log})"})
-            else:
-                info = {**ready, **info}
+        for name, processes in sides.items():
+            for side in processes:
+                ready = side.wait()
+                if ready is None:
+                    results.append({"case": "start", "error": f"{name} side: {side.failed} (log: {side.log})"})
+                else:
+                    info = {**ready, **info}
         if not results:
             for case in cases:
                 results.append(
@@ -500,12 +535,12 @@ def main(argv: list[str] | None = None) -> int:
                         RoundPlan.from_args(args),
                     )
                 )
-        for side in sides.values():
+        for side in every:
             side.send("finish")
             side.close()
     finally:
         deadline.cancel()
-        for side in sides.values():
+        for side in every:
             kill(side)
     print(report(info, results))
     elapsed = round(time.perf_counter() - started, 1)

@@ -20,7 +20,7 @@
 #   model        the conformance model suite alone, into $OUT/model (the tracked record is kept)
 #   workload     the conformance workload suite (and $ADD_SUITES), added to the tracked record (--add; copy it back)
 #   profile      bench/host_profile.py small and large
-#   dispatch     bench/dispatch_overhead.py
+#   dispatch     bench/dispatch_overhead.py ($DISPATCH_ARGS, e.g. `--rounds 21`)
 #   graphs       bench/cuda_graphs.py: reduce-overhead (CUDA graphs) MLP and static-cache decoding,
 #                flagos against plain CUDA ($GRAPHS_ARGS)
 #   boundary     bench/graph_boundary.py warm and after a $EVICT_MIB (32) MiB eviction ($BOUNDARY_ARGS)
@@ -104,7 +104,7 @@ for stage in ${STAGES:-tests}; do
         --paths flaggems,emulated -n 4 --add --json
       cp $RECORDS/torch-2.11.json $RECORDS/torch-2.11.md "$OUT/" ;;
     profile) for c in ${CONFIGS:-small large}; do timeout $(( $(left) / 2 )) $PY bench/host_profile.py --config "$c" --steps 5; done ;;
-    dispatch) timeout $(( $(left) )) $PY bench/dispatch_overhead.py ;;
+    dispatch) timeout $(( $(left) )) $PY bench/dispatch_overhead.py ${DISPATCH_ARGS:-} ;;
     graphs) timeout $(( $(left) )) $PY bench/cuda_graphs.py --json "$OUT/cuda_graphs.json" ${GRAPHS_ARGS:-} ;;
     boundary) for evict in 0 ${EVICT_MIB:-32}; do
         timeout $(( $(left) )) $PY bench/graph_boundary.py --evict-mib $evict ${BOUNDARY_ARGS:-}; done ;;

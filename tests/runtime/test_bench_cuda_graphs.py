@@ -32,12 +32,13 @@ def test_cases_run_their_code_on_the_cpu(bench: ModuleType) -> None:
     assert bench.agree("decode", decode["check"], side.build("decode", dims)["check"])  # greedy: repeatable
 
 
-def _built(recorded: int = 2, skips: int = 0, check: list | None = None) -> dict:
-    return {"work": 32, "recorded": recorded, "skips": skips, "check": check or [1.0, 2.0]}
+def _built(recorded: int = 2, skips: int = 0, check: list | None = None) -> list[dict]:
+    """One process's build reply, as a side of one process."""
+    return [{"work": 32, "recorded": recorded, "skips": skips, "check": check or [1.0, 2.0]}]
 
 
 def test_summary_ratios_and_verdicts(bench: ModuleType) -> None:
-    rounds = {"plain": [1.0, 1.1, 0.9, 1.0], "flagos": [2.0, 2.2, 1.8, 2.0]}
+    rounds = {"plain": [[1.0, 1.1, 0.9, 1.0]], "flagos": [[2.0, 2.2, 1.8, 2.0]]}
     mlp = bench.summarize("mlp", {"plain": _built(), "flagos": _built()}, rounds, runs=100)
     assert mlp["ok"] and mlp["ratio"] == 2.0 and mlp["interval"] == (2.0, 2.0)
     assert mlp["sides"]["plain"]["value"] == pytest.approx(1e4)  # 1 s over 100 calls: 10,000 us/call
@@ -52,15 +53,34 @@ def test_summary_ratios_and_verdicts(bench: ModuleType) -> None:
         "flagos: 1 cudagraph skips",
         "outputs differ between plain and flagos",
     ]
-    recorded = _built()["recorded"]
-    both = {side: {**_built(), "recorded_after_rounds": recorded + 1} for side in ("plain", "flagos")}
+    recorded = _built()[0]["recorded"]
+    both = {side: [{**_built()[0], "recorded_after_rounds": recorded + 1}] for side in ("plain", "flagos")}
     assert bench.summarize("decode", both, rounds, runs=2)["ok"]  # one more on each side: a new cache's addresses
     rerecorded = bench.summarize(
-        "decode", {"plain": _built(), "flagos": {**_built(), "recorded_after_rounds": recorded + 5}}, rounds, runs=2
+        "decode",
+        {"plain": _built(), "flagos": [{**_built()[0], "recorded_after_rounds": recorded + 5}]},
+        rounds,
+        runs=2,
     )
     assert rerecorded["problems"] == ["flagos: 5 graphs recorded during the timed rounds (plain: 0)"]
     text = bench.report({"gpu": "H200", "torch": "2.11"}, [mlp, failed, {"case": "decode", "error": "boom"}])
     assert "FAILED: flagos: no CUDA graph recorded" in text and "FAILED: boom" in text
+
+
+def test_summary_over_several_processes_per_side(bench: ModuleType) -> None:
+    # Two processes per side: the values pool every round, the interval resamples the processes,
+    # and every process must have recorded graphs and computed plain's tokens.
+    rounds = {"plain": [[1.0, 1.0, 1.0], [1.2, 1.2, 1.2]], "flagos": [[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]}
+    two = {"plain": _built() * 2, "flagos": _built() * 2}
+    summary = bench.summarize("mlp", two, rounds, runs=1)
+    assert summary["ok"] and summary["sides"]["plain"]["processes"] == 2
+    assert summary["ratio"] == round(2.0 / 1.1, 4)  # medians over both processes' rounds
+    low, high = summary["interval"]
+    assert (low, high) == (round(2.0 / 1.2, 4), 2.0)  # a draw may take one process twice
+    odd = bench.summarize(
+        "decode", {"plain": _built() * 2, "flagos": _built() + _built(recorded=0, check=[9])}, rounds, runs=1
+    )
+    assert odd["problems"] == ["flagos: no CUDA graph recorded", "outputs differ between plain and flagos"]
 
 
 def test_graph_calls_are_timed_whole_and_inside_the_tree_manager(bench: ModuleType) -> None:
@@ -71,7 +91,7 @@ def test_graph_calls_are_timed_whole_and_inside_the_tree_manager(bench: ModuleTy
     taken = timer.take()
     assert taken["outer"] >= 2000 and 0 <= taken["inner"] < taken["outer"]  # us per call
     assert timer.take() == {"outer": None, "inner": None}  # each take starts over
-    rounds = {"plain": [1.0, 1.0, 1.0], "flagos": [1.2, 1.2, 1.2]}
+    rounds = {"plain": [[1.0, 1.0, 1.0]], "flagos": [[1.2, 1.2, 1.2]]}
     calls = {
         "plain": [{"outer": 100.0, "inner": 98.0}] * 3,
         "flagos": [{"outer": 130.0, "inner": 99.0}, {"outer": 120.0, "inner": 97.0}, {}],
