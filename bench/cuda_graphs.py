@@ -7,8 +7,8 @@ Two sides, each in live processes (bench/side_processes.py; --processes N per si
 plain CUDA (it never imports torch_fl) and flagos with the platform's routes. Every process builds
 each case from the same seeded CPU weights, warms it up (compile, CUDA graph recording), then the
 timed rounds interleave across the sides and their processes, each round on the cores the zoo's
-rounds use (side_processes.shared_cpus), and the medians are compared, each ratio with a 95%
-bootstrap interval over the rounds (paired) and, with several processes, the processes. With
+rounds use (side_processes.shared_cpus), and each ratio is the median of the rounds' ratios, with a
+95% bootstrap interval over the rounds (paired) and, with several processes, the processes. With
 --interval-width W, rounds are added after --rounds until the interval is at most W wide (within
 --max-rounds and --case-seconds; keep those inside --timeout); a case that stops short says WIDE.
 
@@ -63,6 +63,7 @@ from side_processes import (  # noqa: E402
     Side,
     add_round_options,
     on_round_cpus,
+    paired_ratio,
     ratio_interval_by_process,
     reply,
     serve,
@@ -336,10 +337,8 @@ def summarize(
     interval = (
         ratio_interval_by_process(plain, flagos) if case == "decode" else ratio_interval_by_process(flagos, plain)
     )
-    ratio = statistics.median(w for walls in flagos for w in walls) / statistics.median(
-        w for walls in plain for w in walls
-    )
-    result["ratio"] = round(ratio if case == "mlp" else 1 / ratio, 4)
+    ratio = paired_ratio(plain, flagos) if case == "decode" else paired_ratio(flagos, plain)
+    result["ratio"] = round(ratio, 4)
     result["interval"] = interval
     problems = []
     for side in ("plain", "flagos"):

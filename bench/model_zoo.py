@@ -9,9 +9,10 @@ Sides, each a live process (bench/side_processes.py): the plain backing (CUDA, o
 --host; it never imports torch_fl), flagos with the platform's shipped routes.yaml (`tuned`) and
 flagos with every op on the native route (`native-only`: an empty route table). For each model and
 mode every side builds the case from the same CPU weights (concurrently: building is not timed),
-then the timed rounds interleave across the sides, and the medians are compared: each ratio with
-a 95% bootstrap interval over the rounds (resampled in pairs: round i of every side ran in one
-turn), and the host CPU time per run against plain's, which is what flagos adds (on the board
+then the timed rounds interleave across the sides, and each ratio is the median over the rounds
+of that round's ratio (round i of every side ran in one turn, under one state of the machine),
+with a 95% bootstrap interval over the rounds (resampled in pairs), and the host CPU time per run
+against plain's, alike, which is what flagos adds (on the board
 it varied between rounds as much as the wall time did). A CUDA side spins while it waits for the
 GPU, which counts as CPU time: with --sleep-on-sync every side sleeps instead, and its CPU time is
 its host work alone. A case is below its mode's target only when its whole interval is.
@@ -77,6 +78,7 @@ from side_processes import (  # noqa: E402
     device_api,
     fmt,
     on_round_cpus,
+    paired_ratio,
     profile,
     ratio_interval_by_process,
     reply,
@@ -379,13 +381,12 @@ class Run:
             untied = mine["parameter_tensors"] - shape["cpu_parameter_tensors"]
             how += f" ({untied} untied)" if untied else ""
             case["flagos"][variant] = {
-                "ratio": round(plain["ms_per_run"] / mine["ms_per_run"], 4),
-                # fastest round against fastest round: where the host's speed switches between
-                # rounds (a shared board), the medians mix its states and this does not
+                "ratio": round(paired_ratio(plain["ms_by_process"], mine["ms_by_process"]), 4),
+                # fastest round against fastest round: what each side can do at the host's best
                 "best_round_ratio": round(min(plain["ms_per_run_rounds"]) / min(mine["ms_per_run_rounds"]), 4),
                 "ratio_interval": ratio_interval_by_process(plain["ms_by_process"], mine["ms_by_process"]),
                 # host CPU time per run, flagos over plain: what flagos adds on the host
-                "host_cpu_ratio": round(mine["host_cpu_ms_per_run"] / plain["host_cpu_ms_per_run"], 4),
+                "host_cpu_ratio": round(paired_ratio(mine["cpu_ms_by_process"], plain["cpu_ms_by_process"]), 4),
                 "host_cpu_interval": ratio_interval_by_process(mine["cpu_ms_by_process"], plain["cpu_ms_by_process"]),
                 "host_us_per_routed_call": host_us_per_routed_call(mine, plain),
                 "agree": ok,
@@ -393,7 +394,9 @@ class Run:
             }
             baseline = results.get(f"flagos {BASELINE}")
             if baseline is not None and variant != BASELINE:
-                case["flagos"][variant]["over_baseline"] = round(baseline["ms_per_run"] / mine["ms_per_run"], 4)
+                case["flagos"][variant]["over_baseline"] = round(
+                    paired_ratio(baseline["ms_by_process"], mine["ms_by_process"]), 4
+                )
                 case["flagos"][variant]["over_baseline_interval"] = ratio_interval_by_process(
                     baseline["ms_by_process"], mine["ms_by_process"]
                 )
@@ -530,8 +533,8 @@ def columns(variants: list[str]) -> str:
 def closing(cases: list[dict]) -> str:
     """What follows the rows: how to read them, and every failure in full."""
     lines = [
-        "flagos columns: throughput against plain (plain time / flagos time; above 1: flagos faster) from the "
-        "medians, its 95% bootstrap interval over the interleaved rounds (and the processes, with --processes), "
+        "flagos columns: throughput against plain (plain time / flagos time; above 1: flagos faster), the "
+        "median of the rounds' ratios, its 95% bootstrap interval over the interleaved rounds (and the processes, with --processes), "
         "host CPU time per run against plain's (cpu; flagos over plain, with its interval) and the host CPU time "
         "it adds per routed call (us/routed), then the agreement check; with --baseline, then the "
         "throughput against the baseline's (baseline time / this side's time, with its interval)"

@@ -65,6 +65,7 @@ from side_processes import (  # noqa: E402
     fmt,
     mib,
     on_round_cpus,
+    paired_ratio,
     profile,
     ratio_interval,
     reply,
@@ -169,6 +170,7 @@ class SideRunner:
             "ms_per_step": statistics.median(self.rounds),
             "ms_per_step_rounds": self.rounds,
             "host_cpu_ms_per_step": statistics.median(self.cpu_rounds),
+            "host_cpu_ms_per_step_rounds": self.cpu_rounds,
             "host_enqueue_ms": statistics.median(enqueue_ms),
             "device_ms": statistics.median(device_ms) if device_ms else None,
             "peak_memory_bytes": max(self.peak(), 0) or None,
@@ -232,7 +234,7 @@ def report(
         reference_label = "plain compiled" if s["variant"] == "compiled" else "plain eager"
         if label != reference_label and reference_label in sides:
             reference = sides[reference_label]
-            value = reference["ms_per_step"] / s["ms_per_step"]
+            value = paired_ratio([reference["ms_per_step_rounds"]], [s["ms_per_step_rounds"]])
             # Eager flagos on the host runs the CPU's own kernels: every step must agree. Inductor
             # generates flagos' kernels separately (other fusions, other summation orders), and
             # CUDA's own step is not bitwise reproducible (flash attention's backward accumulates
@@ -248,7 +250,9 @@ def report(
             bounds = ratio_interval(reference["ms_per_step_rounds"], s["ms_per_step_rounds"])
             summary["ratio_intervals"][key] = bounds
             # host CPU per step over the reference's: what this side adds on the host
-            summary["host_cpu_ratios"][key] = round(s["host_cpu_ms_per_step"] / reference["host_cpu_ms_per_step"], 4)
+            summary["host_cpu_ratios"][key] = round(
+                paired_ratio([s["host_cpu_ms_per_step_rounds"]], [reference["host_cpu_ms_per_step_rounds"]]), 4
+            )
             interval = f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "-"
             cpu = f"{summary['host_cpu_ratios'][key]:.2f}x"
             summary["losses_agree"][key] = ok

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import statistics
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -27,6 +28,17 @@ def test_a_drift_shared_by_both_sides_does_not_widen_it(sides: ModuleType) -> No
     mine = [10.5 * b for b in board]
     low, high = sides.ratio_interval(plain, mine)
     assert low == high == pytest.approx(10 / 10.5, abs=1e-4)
+
+
+def test_a_slow_stretch_in_one_sides_turn_moves_a_ratio_of_medians_not_the_paired_one(sides: ModuleType) -> None:
+    # Rounds 2 and 5 slow for plain's turn only, round 3 for both: the medians compare plain's slow
+    # state with flagos's fast one; within each round but the second the ratio is 10/11.
+    plain = [10.0, 20.0, 20.0, 10.0, 20.0]
+    mine = [11.0, 11.0, 22.0, 11.0, 22.0]
+    assert statistics.median(plain) / statistics.median(mine) == pytest.approx(20 / 11)
+    assert sides.paired_ratio([plain], [mine]) == pytest.approx(10 / 11)
+    low, high = sides.ratio_interval(plain, mine)
+    assert low == pytest.approx(10 / 11, abs=1e-4) and high == pytest.approx(20 / 11, abs=1e-4)
 
 
 def test_noise_gives_an_interval_around_the_true_ratio_that_narrows_with_rounds(sides: ModuleType) -> None:
