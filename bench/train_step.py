@@ -27,13 +27,16 @@ is reported as failed, and the others are still measured.
 
 Printed per side: ms per step (back-to-back steps, one synchronisation at the end, median of
 rounds), host enqueue ms per step (the device idle before it), device ms per step (events), peak
-memory, the calls of one step per route path; then the throughput ratios, each with a 95% bootstrap
-interval over the interleaved rounds, the host CPU time per step against the reference's (the
+memory, the calls of one step per route path; then the throughput ratios (the median of the rounds'
+ratios), each with a 95% bootstrap interval over the interleaved rounds, the host CPU time per step
+against the reference's, taken alike (the
 process's CPU seconds: what flagos adds, and the waits for the GPU, which spin), and whether each side's
 per-step losses agree with its plain reference (exit status 1 if one does not).
 --profile OUT writes each side's top 30 ops by total host (CPU-side) time over a few steps.
 --interval-width W adds rounds after --rounds until every side's interval against plain eager is
 at most W wide (within --max-rounds and --case-seconds); a run that stops short says WIDE.
+--processes N runs each side in N processes, each taking every round (a side's time of a round is
+their median), and each interval then also resamples the processes, as model_zoo.py's do.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ from side_processes import (  # noqa: E402
     on_round_cpus,
     paired_ratio,
     profile,
-    ratio_interval,
+    ratio_interval_by_process,
     reply,
     serve,
     shared_cpus,
@@ -188,8 +191,8 @@ class SideRunner:
         return result
 
 
-def start_side(side: str, variant: str, args: argparse.Namespace, device: str, scratch: Path) -> Side:
-    """A side's process, its workload built and warmed up."""
+def start_side(side: str, variant: str, args: argparse.Namespace, device: str, scratch: Path, process: int = 0) -> Side:
+    """A side's process (its `process`-th), its workload built and warmed up."""
     command = [
         sys.executable,
         __file__,
@@ -207,7 +210,25 @@ def start_side(side: str, variant: str, args: argparse.Namespace, device: str, s
     command += ["--config", args.config] if args.config else []
     command += ["--profile", "-"] if args.profile else []
     env = side_env(side, variant, scratch / "routes.yaml")
-    return Side(command, env, scratch / f"{side}-{variant}.log", cpus=None if device == "cpu" else shared_cpus())
+    log = scratch / f"{side}-{variant}-{process}.log"
+    return Side(command, env, log, cpus=None if device == "cpu" else shared_cpus())
+
+
+def merged(replies: list[dict | None]) -> dict | None:
+    """One side's result from its processes' (None where one failed): the first process's, with
+    every process's rounds (`ms_by_process`, `cpu_ms_by_process`) and medians over all of them."""
+    if not replies or any(r is None for r in replies):
+        return None
+    ms = [r["ms_per_step_rounds"] for r in replies]
+    cpu = [r["host_cpu_ms_per_step_rounds"] for r in replies]
+    return {
+        **replies[0],
+        "processes": len(replies),
+        "ms_per_step": statistics.median(x for rounds in ms for x in rounds),
+        "host_cpu_ms_per_step": statistics.median(x for rounds in cpu for x in rounds),
+        "ms_by_process": ms,
+        "cpu_ms_by_process": cpu,
+    }
 
 
 def report(
@@ -234,7 +255,7 @@ def report(
         reference_label = "plain compiled" if s["variant"] == "compiled" else "plain eager"
         if label != reference_label and reference_label in sides:
             reference = sides[reference_label]
-            value = paired_ratio([reference["ms_per_step_rounds"]], [s["ms_per_step_rounds"]])
+            value = paired_ratio(reference["ms_by_process"], s["ms_by_process"])
             # Eager flagos on the host runs the CPU's own kernels: every step must agree. Inductor
             # generates flagos' kernels separately (other fusions, other summation orders), and
             # CUDA's own step is not bitwise reproducible (flash attention's backward accumulates
@@ -247,11 +268,11 @@ def report(
             ok, worst = agreement(s["losses"], reference["losses"], rtol, steps)
             key = s["variant"] if s["side"] == "flagos" else label
             summary["ratios"][key] = round(value, 4)
-            bounds = ratio_interval(reference["ms_per_step_rounds"], s["ms_per_step_rounds"])
+            bounds = ratio_interval_by_process(reference["ms_by_process"], s["ms_by_process"])
             summary["ratio_intervals"][key] = bounds
             # host CPU per step over the reference's: what this side adds on the host
             summary["host_cpu_ratios"][key] = round(
-                paired_ratio([s["host_cpu_ms_per_step_rounds"]], [reference["host_cpu_ms_per_step_rounds"]]), 4
+                paired_ratio(s["cpu_ms_by_process"], reference["cpu_ms_by_process"]), 4
             )
             interval = f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "-"
             cpu = f"{summary['host_cpu_ratios'][key]:.2f}x"
@@ -302,6 +323,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="timed back-to-back steps per round")
     add_round_options(parser, 5, "timed rounds per side (their median counts; 3 at least for an interval)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation, autotuning)")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="processes per side; with 2 or more each interval also resamples the processes (as model_zoo.py's)",
+    )
     parser.add_argument("--json", help="write every side's result and the summary here")
     parser.add_argument("--profile", help="write the top-30 host-time ops of every side here (JSON)")
     parser.add_argument("--profile-steps", type=int, default=3, help="steps profiled with --profile")
@@ -316,6 +343,8 @@ def main() -> None:
         serve({"round": lambda: {"ms": runner.round()}, "finish": runner.result}, last="finish")
         return
 
+    if args.processes < 1:
+        sys.exit(f"--processes {args.processes}: expected 1 or more")
     requested = args.variants.split(",") if args.variants else None
     unknown = [v for v in requested or [] if v not in VARIANTS]
     if unknown:
@@ -326,32 +355,46 @@ def main() -> None:
         # Each side is built and warmed up alone, one after the other; then the timed rounds
         # interleave (every side in turn), so that drifts of the machine touch every side alike.
         first = (requested or ["native-only"])[0]
-        handles = {f"flagos {first}": start_side("flagos", first, args, "cpu", scratch)}  # it tells the backing
-        ready = handles[f"flagos {first}"].ready
-        if ready is None:
-            sys.exit(f"flagos {first} failed: {handles[f'flagos {first}'].failed}")
-        backing = ready["backing"]
+        probe = start_side("flagos", first, args, "cpu", scratch)  # it tells the backing
+        if probe.ready is None:
+            sys.exit(f"flagos {first} failed: {probe.failed}")
+        backing = probe.ready["backing"]
         variants = requested or DEFAULT_VARIANTS[backing].split(",")
-        handles["plain eager"] = start_side("plain", "eager", args, backing, scratch)
+
+        def processes(side: str, variant: str, *given: Side) -> list[Side]:
+            more = range(len(given), args.processes)
+            return [*given, *(start_side(side, variant, args, backing, scratch, process) for process in more)]
+
+        handles = {f"flagos {first}": processes("flagos", first, probe)}
+        handles["plain eager"] = processes("plain", "eager")
         if "compiled" in variants:
-            handles["plain compiled"] = start_side("plain", "compiled", args, backing, scratch)
+            handles["plain compiled"] = processes("plain", "compiled")
         if "flaggems-first" in variants and backing == "cuda":
-            handles["plain flaggems"] = start_side("plain", "flaggems", args, backing, scratch)
+            handles["plain flaggems"] = processes("plain", "flaggems")
         for variant in [v for v in variants if v != first]:
-            handles[f"flagos {variant}"] = start_side("flagos", variant, args, backing, scratch)
+            handles[f"flagos {variant}"] = processes("flagos", variant)
         rounds = InterleavedRounds(RoundPlan.from_args(args), "plain eager")
+        dropped: set[str] = set()
         for _ in rounds:
-            for label, handle in handles.items():
-                answer = handle.ask("round")
-                if answer is None:
+            for label, sides_of_label in handles.items():
+                if label in dropped:
+                    continue
+                answers = [handle.ask("round") for handle in sides_of_label]
+                if any(answer is None for answer in answers):
+                    dropped.add(label)
                     rounds.drop(label)
                 else:
-                    rounds.add(label, answer["ms"])
-        results = {label: handle.ask("finish") for label, handle in handles.items()}
+                    for process, answer in enumerate(answers):
+                        rounds.add(label, answer["ms"], process)
+        results = {
+            label: merged([h.ask("finish") for h in sides_of_label]) for label, sides_of_label in handles.items()
+        }
     order = ["plain eager", "plain compiled", "plain flaggems"] + [f"flagos {v}" for v in variants]
     sides = {label: results[label] for label in order if results.get(label) is not None}
     failed = {
-        label: handles[label].failed or "no result" for label in order if label in handles and results[label] is None
+        label: next((h.failed for h in handles[label] if h.failed), None) or "no result"
+        for label in order
+        if label in handles and results[label] is None
     }
     if "plain eager" not in sides:
         sys.exit(f"the plain side failed: {failed.get('plain eager')}")

@@ -76,6 +76,7 @@ def test_import_time_bench(run_python, tmp_path):
 def test_train_step_bench(run_python, tmp_path):
     out, prof = tmp_path / "train.json", tmp_path / "profile.json"
     args = ["--config", "tiny", "--variants", "native-only,tuned", "--steps", "2", "--rounds", "3", "--warmup", "1"]
+    args += ["--processes", "2"]
     args += ["--json", str(out), "--profile", str(prof)]
     result = run_python(script("bench/train_step.py", *args), env=PLATFORM)
     assert "flagos native-only" in result.stdout and "flagos tuned" in result.stdout, result.stdout
@@ -87,9 +88,13 @@ def test_train_step_bench(run_python, tmp_path):
     for label in ("flagos native-only", "flagos tuned"):
         assert sides[label]["losses"] == pytest.approx(plain, rel=2e-2)
         assert sides[label]["calls_by_path"].get("native", 0) > 0
-    # the median of the rounds' ratios: round i of every side ran in one turn
-    rounds = zip(sides["plain eager"]["ms_per_step_rounds"], sides["flagos native-only"]["ms_per_step_rounds"])
-    assert summary["ratios"]["native-only"] == pytest.approx(statistics.median(p / f for p, f in rounds), abs=1e-4)
+    # two processes per side, each taking every round; the ratio is the median of the rounds'
+    # ratios, a side's time of a round being its processes' median (round i of every side: one turn)
+    plain_rounds, mine_rounds = (sides[label]["ms_by_process"] for label in ("plain eager", "flagos native-only"))
+    assert len(plain_rounds) == len(mine_rounds) == 2 and sides["plain eager"]["processes"] == 2
+    per_round = [statistics.median(p) / statistics.median(m) for p, m in zip(zip(*plain_rounds), zip(*mine_rounds))]
+    assert len(per_round) == 3
+    assert summary["ratios"]["native-only"] == pytest.approx(statistics.median(per_round), abs=1e-4)
     for variant in ("native-only", "tuned"):  # three rounds: an interval, and the host CPU beside it
         low, high = summary["ratio_intervals"][variant]
         assert 0 < low <= high, summary["ratio_intervals"]
