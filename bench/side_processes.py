@@ -170,26 +170,18 @@ def _round_ratio(reference: Sequence[Sequence[float]], mine: Sequence[Sequence[f
     return statistics.median(r[i] for r in reference) / statistics.median(m[i] for m in mine)
 
 
-def ratio_interval(
-    reference: Sequence[float], mine: Sequence[float], level: float = 0.95, draws: int = 4000
-) -> tuple[float, float] | None:
-    """A bootstrap interval of paired_ratio for one process per side (None for fewer than 3
-    rounds): rounds are resampled as pairs, so a slow moment of the board weighs on both sides
-    alike."""
-    return ratio_interval_by_process([reference], [mine], level, draws)
-
-
 def ratio_interval_by_process(
     reference: Sequence[Sequence[float]],
     mine: Sequence[Sequence[float]],
     level: float = 0.95,
     draws: int = 4000,
 ) -> tuple[float, float] | None:
-    """ratio_interval where each side ran in several processes, each with its own rounds (round i of
-    every process in one turn). A process's speed moves with its memory layout by more than its own
-    rounds vary: two processes of one build differed by 2-8% on the host, with round intervals of
-    +-0.01. So each draw also resamples each side's processes; with one process per side this is
-    the paired round bootstrap alone."""
+    """A bootstrap interval of paired_ratio (None for fewer than 3 rounds). Rounds are resampled as
+    pairs, so a slow moment of the board weighs on both sides alike. Where a side ran in several
+    processes, each with its own rounds (round i of every process in one turn), each draw also
+    resamples each side's processes: a process's speed moves with its memory layout by more than
+    its own rounds vary (two processes of one build differed by 2-8% on the host, with round
+    intervals of +-0.01). With one process per side this is the paired round bootstrap alone."""
     n = min(len(rounds) for rounds in (*reference, *mine))
 
     def pick(processes: Sequence[Sequence[float]], rng: random.Random) -> list[Sequence[float]]:

@@ -17,16 +17,21 @@ def sides(load_bench: Callable[[str], ModuleType]) -> ModuleType:
     return load_bench("side_processes")
 
 
+def one_process(sides: ModuleType, reference: list[float], mine: list[float]) -> tuple[float, float] | None:
+    """The interval of one process per side: the paired round bootstrap alone."""
+    return sides.ratio_interval_by_process([reference], [mine])
+
+
 def test_a_constant_ratio_has_a_point_interval(sides: ModuleType) -> None:
     plain = [10.0, 12.0, 11.0, 30.0, 10.5]
-    assert sides.ratio_interval(plain, [2 * x for x in plain]) == (0.5, 0.5)
+    assert one_process(sides, plain, [2 * x for x in plain]) == (0.5, 0.5)
 
 
 def test_a_drift_shared_by_both_sides_does_not_widen_it(sides: ModuleType) -> None:
     board = [1.0, 2.0, 1.0, 1.5, 2.0, 1.0, 1.2]  # the machine's speed of each turn
     plain = [10 * b for b in board]
     mine = [10.5 * b for b in board]
-    low, high = sides.ratio_interval(plain, mine)
+    low, high = one_process(sides, plain, mine)
     assert low == high == pytest.approx(10 / 10.5, abs=1e-4)
 
 
@@ -37,7 +42,7 @@ def test_a_slow_stretch_in_one_sides_turn_moves_a_ratio_of_medians_not_the_paire
     mine = [11.0, 11.0, 22.0, 11.0, 22.0]
     assert statistics.median(plain) / statistics.median(mine) == pytest.approx(20 / 11)
     assert sides.paired_ratio([plain], [mine]) == pytest.approx(10 / 11)
-    low, high = sides.ratio_interval(plain, mine)
+    low, high = one_process(sides, plain, mine)
     assert low == pytest.approx(10 / 11, abs=1e-4) and high == pytest.approx(20 / 11, abs=1e-4)
 
 
@@ -47,8 +52,8 @@ def test_noise_gives_an_interval_around_the_true_ratio_that_narrows_with_rounds(
     def rounds(n: int, mean: float) -> list[float]:
         return [mean * rng.uniform(0.9, 1.1) for _ in range(n)]
 
-    few = sides.ratio_interval(rounds(5, 10.0), rounds(5, 11.0))
-    many = sides.ratio_interval(rounds(60, 10.0), rounds(60, 11.0))
+    few = one_process(sides, rounds(5, 10.0), rounds(5, 11.0))
+    many = one_process(sides, rounds(60, 10.0), rounds(60, 11.0))
     assert few[0] < 10 / 11 < few[1] and many[0] < 10 / 11 < many[1], (few, many)
     assert many[1] - many[0] < few[1] - few[0]
 
@@ -63,12 +68,10 @@ def test_resampled_processes_keep_one_build_from_reading_as_two(sides: ModuleTyp
         return [mean * rng.uniform(0.99, 1.01) for _ in range(40)]
 
     a_fast, a_slow, b_fast, b_slow = process(10.0), process(10.8), process(10.0), process(10.8)
-    one = sides.ratio_interval(a_fast, b_slow)
+    one = one_process(sides, a_fast, b_slow)
     assert one[1] < 0.95, one
     two = sides.ratio_interval_by_process([a_fast, a_slow], [b_fast, b_slow])
     assert two[0] < 1 < two[1], two
-    # one process per side: the paired round bootstrap alone
-    assert sides.ratio_interval_by_process([a_fast], [b_slow]) == one
 
 
 def test_rounds_count_their_processes_toward_the_width(sides: ModuleType) -> None:
@@ -82,7 +85,7 @@ def test_rounds_count_their_processes_toward_the_width(sides: ModuleType) -> Non
 
 
 def test_too_few_rounds_give_no_interval(sides: ModuleType) -> None:
-    assert sides.ratio_interval([1.0, 2.0], [1.0, 2.0]) is None
+    assert one_process(sides, [1.0, 2.0], [1.0, 2.0]) is None
 
 
 def test_sides_sleep_on_sync_only_when_asked(sides: ModuleType, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
