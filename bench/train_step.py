@@ -42,6 +42,7 @@ their median), and each interval then also resamples the processes, as model_zoo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -130,8 +131,9 @@ class SideRunner:
         self.cpu_rounds: list[float] = []
 
     def round(self) -> float:
-        """ms per step over `steps` back-to-back steps, one synchronisation at the end."""
-        with on_round_cpus():
+        """ms per step over `steps` back-to-back steps, one synchronisation at the end; on a device
+        backing, on the cores the parent named for rounds (the host's rounds are not pinned)."""
+        with on_round_cpus() if self.backing != "cpu" else contextlib.nullcontext():
             self.sync()
             with timed_without_gc() as timed:
                 self.losses += [self.step() for _ in range(self.args.steps)]
@@ -210,8 +212,9 @@ def start_side(side: str, variant: str, args: argparse.Namespace, device: str, s
     command += ["--config", args.config] if args.config else []
     command += ["--profile", "-"] if args.profile else []
     env = side_env(side, variant, scratch / "routes.yaml")
-    log = scratch / f"{side}-{variant}-{process}.log"
-    return Side(command, env, log, cpus=None if device == "cpu" else shared_cpus())
+    # Named for every side: the first flagos side starts before the parent knows the backing (it
+    # tells it), and each side pins its rounds only on a device backing (SideRunner.round).
+    return Side(command, env, scratch / f"{side}-{variant}-{process}.log", cpus=shared_cpus())
 
 
 def merged(replies: list[dict | None]) -> dict | None:
