@@ -332,14 +332,10 @@ def summarize(
             },
         }
     result: dict = {"case": case, "unit": "us/call" if case == "mlp" else "tokens/s", "sides": sides}
-    plain, flagos = rounds["plain"], rounds["flagos"]
     # The time ratio flagos/plain (mlp), or the rate ratio flagos/plain (decode) = plain/flagos time.
-    interval = (
-        ratio_interval_by_process(plain, flagos) if case == "decode" else ratio_interval_by_process(flagos, plain)
-    )
-    ratio = paired_ratio(plain, flagos) if case == "decode" else paired_ratio(flagos, plain)
-    result["ratio"] = round(ratio, 4)
-    result["interval"] = interval
+    reference, mine = (rounds["plain"], rounds["flagos"]) if case == "decode" else (rounds["flagos"], rounds["plain"])
+    result["ratio"] = round(paired_ratio(reference, mine), 4)
+    result["interval"] = ratio_interval_by_process(reference, mine)
     problems = []
     for side in ("plain", "flagos"):
         if sides[side]["recorded"] == 0:

@@ -79,6 +79,7 @@ from side_processes import (  # noqa: E402
     fmt,
     on_round_cpus,
     paired_ratio,
+    pooled_processes,
     profile,
     ratio_interval_by_process,
     reply,
@@ -413,18 +414,7 @@ class Run:
             return result
         if any(r["checks"] != result["checks"] for r in replies):
             return {"error": f"the processes of {label} computed different results"}
-        ms, cpu = [r["ms_per_run_rounds"] for r in replies], [r["host_cpu_ms_per_run_rounds"] for r in replies]
-        all_ms, all_cpu = [x for rounds in ms for x in rounds], [x for rounds in cpu for x in rounds]
-        return {
-            **result,
-            "processes": len(replies),
-            "ms_per_run": statistics.median(all_ms),
-            "ms_per_run_rounds": all_ms,
-            "host_cpu_ms_per_run": statistics.median(all_cpu),
-            "host_cpu_ms_per_run_rounds": all_cpu,
-            "ms_by_process": ms,
-            "cpu_ms_by_process": cpu,
-        }
+        return {**result, **pooled_processes(replies, "run")}
 
     def why(self, label: str, reply: dict | None) -> str | None:
         """What went wrong on side `label`: the error its reply names, or how a process of it ended."""

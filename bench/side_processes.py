@@ -170,6 +170,25 @@ def _round_ratio(reference: Sequence[Sequence[float]], mine: Sequence[Sequence[f
     return statistics.median(r[i] for r in reference) / statistics.median(m[i] for m in mine)
 
 
+def pooled_processes(replies: Sequence[dict], unit: str) -> dict:
+    """What a side's processes measured together, from their replies (each holding its rounds'
+    times as `ms_per_<unit>_rounds` and `host_cpu_ms_per_<unit>_rounds`): every process's rounds
+    (`ms_by_process`, `cpu_ms_by_process`, for the ratios), all rounds pooled under the replies' own
+    keys, and the medians of the pooled rounds."""
+    ms = [r[f"ms_per_{unit}_rounds"] for r in replies]
+    cpu = [r[f"host_cpu_ms_per_{unit}_rounds"] for r in replies]
+    all_ms, all_cpu = [x for rounds in ms for x in rounds], [x for rounds in cpu for x in rounds]
+    return {
+        "processes": len(replies),
+        f"ms_per_{unit}": statistics.median(all_ms),
+        f"ms_per_{unit}_rounds": all_ms,
+        f"host_cpu_ms_per_{unit}": statistics.median(all_cpu),
+        f"host_cpu_ms_per_{unit}_rounds": all_cpu,
+        "ms_by_process": ms,
+        "cpu_ms_by_process": cpu,
+    }
+
+
 def ratio_interval_by_process(
     reference: Sequence[Sequence[float]],
     mine: Sequence[Sequence[float]],

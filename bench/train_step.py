@@ -70,6 +70,7 @@ from side_processes import (  # noqa: E402
     mib,
     on_round_cpus,
     paired_ratio,
+    pooled_processes,
     profile,
     ratio_interval_by_process,
     reply,
@@ -219,19 +220,10 @@ def start_side(side: str, variant: str, args: argparse.Namespace, device: str, s
 
 def merged(replies: list[dict | None]) -> dict | None:
     """One side's result from its processes' (None where one failed): the first process's, with
-    every process's rounds (`ms_by_process`, `cpu_ms_by_process`) and medians over all of them."""
+    the rounds of every process (side_processes.pooled_processes)."""
     if not replies or any(r is None for r in replies):
         return None
-    ms = [r["ms_per_step_rounds"] for r in replies]
-    cpu = [r["host_cpu_ms_per_step_rounds"] for r in replies]
-    return {
-        **replies[0],
-        "processes": len(replies),
-        "ms_per_step": statistics.median(x for rounds in ms for x in rounds),
-        "host_cpu_ms_per_step": statistics.median(x for rounds in cpu for x in rounds),
-        "ms_by_process": ms,
-        "cpu_ms_by_process": cpu,
-    }
+    return {**replies[0], **pooled_processes(replies, "step")}
 
 
 def report(
