@@ -75,7 +75,7 @@ def start(
 
 def _register_device(backing: str, host_devices: int, amp_dtypes: list[torch.dtype] | None) -> ModuleType:
     """The once-per-process part of start(): the core, the device name and module."""
-    from torch_fl.runtime import build
+    from torch_fl.runtime import autograd_exit, build
     from torch_fl.runtime import device as device_module
     from torch_fl.runtime.device import amp
     from torch_fl.runtime.device import core as device_core
@@ -90,6 +90,7 @@ def _register_device(backing: str, host_devices: int, amp_dtypes: list[torch.dty
     loaded = build.load_core()
     standby.name_device()
     loaded.init(backing, host_devices)
+    autograd_exit.install(loaded)
     if amp_dtypes:
         amp.set_amp_dtypes(amp_dtypes)
     torch._register_device_module(BACKEND_NAME, device_module)

@@ -9,7 +9,8 @@
 #include <torch/extension.h>
 
 namespace torch_fl {
-void bind_graph_inputs(py::module_& m);  // graph_inputs.cpp
+void bind_graph_inputs(py::module_& m);      // graph_inputs.cpp
+void bind_autograd_threads(py::module_& m);  // autograd_threads.cpp
 }  // namespace torch_fl
 
 namespace {
@@ -88,6 +89,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("current_device", [] { return static_cast<int>(current_index()); });
   m.def("as_backing", &as_backing, "zero-copy alias of a flagos tensor on the backing device");
   bind_graph_inputs(m);
+  bind_autograd_threads(m);
   m.def("hand_to_backing", &hand_to_backing,
         "a backing tensor over a flagos tensor's bytes that owns them through the backing allocator");
   m.def("as_flagos", &as_flagos, py::arg("tensor"), py::arg("host_index") = -1,
