@@ -61,6 +61,7 @@ from side_processes import (  # noqa: E402
     InterleavedRounds,
     RoundPlan,
     Side,
+    add_processes_option,
     add_round_options,
     on_round_cpus,
     paired_ratio,
@@ -465,13 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=Dims.hidden, help="Llama hidden size")
     parser.add_argument("--lm-layers", type=int, default=Dims.lm_layers, help="Llama layers")
     parser.add_argument("--new-tokens", type=int, default=Dims.new_tokens, help="tokens generated per call")
-    parser.add_argument(
-        "--processes",
-        type=int,
-        default=1,
-        help="processes per side; with 2 or more each interval also resamples the processes (a process's "
-        "speed moves with its memory layout by more than its rounds vary)",
-    )
+    add_processes_option(parser)
     parser.add_argument("--timeout", type=float, default=150.0, help="the whole run's limit in seconds")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--side", choices=("plain", "flagos"), help=argparse.SUPPRESS)  # a side's process
@@ -479,8 +474,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.side:
         serve_side(args.side, args.timeout)
         return 0
-    if args.processes < 1:
-        parser.error(f"--processes {args.processes}: expected 1 or more")
     cases = [c for c in args.cases.split(",") if c]
     unknown = sorted(set(cases) - set(CASES))
     if unknown:

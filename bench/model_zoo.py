@@ -71,6 +71,7 @@ from side_processes import (  # noqa: E402
     InterleavedRounds,
     RoundPlan,
     Side,
+    add_processes_option,
     add_round_options,
     agreement,
     apply_sync_mode,
@@ -586,12 +587,7 @@ def main() -> None:
         "`flagos baseline`, with its own platforms; every other flagos column then also gives its "
         "throughput against the baseline's, with its interval",
     )
-    parser.add_argument(
-        "--processes",
-        type=int,
-        default=1,
-        help="processes per side; with 2 or more each interval also resamples the processes (see above)",
-    )
+    add_processes_option(parser)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every training and prefill batch")
     parser.add_argument("--decode-batch", default="1,8", help="comma-separated decode batch sizes")
     parser.add_argument("--new-tokens", type=int, help="tokens generated per decode run (board 64, host 8)")
@@ -624,8 +620,6 @@ def main() -> None:
     unknown += [v for v in args.variants if v not in VARIANTS]
     if unknown:
         sys.exit(f"unknown model, mode or variant: {', '.join(unknown)}")
-    if args.processes < 1:
-        sys.exit(f"--processes {args.processes}: expected 1 or more")
     if args.baseline is not None:
         if not (args.baseline / "torch_fl" / "__init__.py").is_file():
             sys.exit(f"--baseline {args.baseline}: expected a checkout of torch_fl (no torch_fl/__init__.py there)")

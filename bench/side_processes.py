@@ -273,6 +273,24 @@ def add_round_options(parser: argparse.ArgumentParser, rounds: int | None, round
     )
 
 
+def add_processes_option(parser: argparse.ArgumentParser) -> None:
+    """--processes N (1 or more): each side runs in N processes, every one taking every round."""
+
+    def count(text: str) -> int:
+        n = int(text)
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{n}: expected 1 or more")
+        return n
+
+    parser.add_argument(
+        "--processes",
+        type=count,
+        default=1,
+        help="processes per side; with 2 or more each interval also resamples the processes (a process's "
+        "speed moves with its memory layout by more than its rounds vary)",
+    )
+
+
 class InterleavedRounds:
     """The timed rounds of one case: each side's time per round (any unit, the same for all), run for
     as long as the plan asks, and the width of the ratios' intervals against `reference`'s times."""

@@ -62,6 +62,7 @@ from side_processes import (  # noqa: E402
     RoundPlan,
     Side,
     Variant,
+    add_processes_option,
     add_round_options,
     agreement,
     calls_by_path,
@@ -318,12 +319,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="timed back-to-back steps per round")
     add_round_options(parser, 5, "timed rounds per side (their median counts; 3 at least for an interval)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation, autotuning)")
-    parser.add_argument(
-        "--processes",
-        type=int,
-        default=1,
-        help="processes per side; with 2 or more each interval also resamples the processes (as model_zoo.py's)",
-    )
+    add_processes_option(parser)
     parser.add_argument("--json", help="write every side's result and the summary here")
     parser.add_argument("--profile", help="write the top-30 host-time ops of every side here (JSON)")
     parser.add_argument("--profile-steps", type=int, default=3, help="steps profiled with --profile")
@@ -338,8 +334,6 @@ def main() -> None:
         serve({"round": lambda: {"ms": runner.round()}, "finish": runner.result}, last="finish")
         return
 
-    if args.processes < 1:
-        sys.exit(f"--processes {args.processes}: expected 1 or more")
     requested = args.variants.split(",") if args.variants else None
     unknown = [v for v in requested or [] if v not in VARIANTS]
     if unknown:
