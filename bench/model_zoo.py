@@ -595,7 +595,7 @@ def main() -> None:
     add_round_options(parser, None, "timed rounds per side, interleaved (board 5, host 2)")
     parser.add_argument("--warmup", type=int, help="untimed runs first; their losses are checked (board 3, host 2)")
     parser.add_argument("--json", help="write every case, side and check here")
-    parser.add_argument("--profile", help="write each side's top-30 host-time ops per case here (JSON)")
+    parser.add_argument("--profile", help="write each side's host time per op per case here (JSON)")
     parser.add_argument("--profile-runs", type=int, default=3, help="runs profiled with --profile")
     parser.add_argument(
         "--sleep-on-sync",

@@ -491,8 +491,9 @@ def calls_by_path(run: Callable[[], object]) -> dict[str, int]:
     return dict(counts)
 
 
-def profile(run: Callable[[], object], sync: Callable[[], None], repeats: int, top: int = 30) -> list[dict]:
-    """CPU-side time per op over `repeats` calls of `run`: the top `top` by total host time."""
+def profile(run: Callable[[], object], sync: Callable[[], None], repeats: int) -> list[dict]:
+    """CPU-side time per op over `repeats` calls of `run`, every op (sides are compared op by op, and
+    an op one side calls rarely is still listed), by total host time."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -505,7 +506,7 @@ def profile(run: Callable[[], object], sync: Callable[[], None], repeats: int, t
         for e in prof.key_averages()
     ]
     rows.sort(key=lambda r: -r["total_host_us"])
-    return rows[:top]
+    return rows
 
 
 def agreement(flagos: list[float], plain: list[float], rtol: float, steps: int | None = None) -> tuple[bool, float]:

@@ -32,7 +32,7 @@ ratios), each with a 95% bootstrap interval over the interleaved rounds, the hos
 against the reference's, taken alike (the
 process's CPU seconds: what flagos adds, and the waits for the GPU, which spin), and whether each side's
 per-step losses agree with its plain reference (exit status 1 if one does not).
---profile OUT writes each side's top 30 ops by total host (CPU-side) time over a few steps.
+--profile OUT writes each side's host (CPU-side) time per op over a few steps.
 --interval-width W adds rounds after --rounds until every side's interval against plain eager is
 at most W wide (within --max-rounds and --case-seconds); a run that stops short says WIDE.
 --processes N runs each side in N processes, each taking every round (a side's time of a round is
@@ -321,7 +321,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation, autotuning)")
     add_processes_option(parser)
     parser.add_argument("--json", help="write every side's result and the summary here")
-    parser.add_argument("--profile", help="write the top-30 host-time ops of every side here (JSON)")
+    parser.add_argument("--profile", help="write every side's host time per op here (JSON)")
     parser.add_argument("--profile-steps", type=int, default=3, help="steps profiled with --profile")
     parser.add_argument("--child", help="(internal) SIDE:VARIANT: run one side, print its JSON")
     parser.add_argument("--device", default="cpu", help="(internal, with --child) the plain device")
