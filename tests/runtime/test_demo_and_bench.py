@@ -40,7 +40,18 @@ def test_dispatch_overhead_bench(run_python, tmp_path):
     assert "native us" in result.stdout
     summary = json.loads(out.read_text())
     numbers = summary["us_per_op"]
-    assert set(numbers) == {"add", "add 2+4d", "mm", "x[0]", "x.t()", "cast", "sdpa q1", "sdpa causal", "foreach", "foreach_"}
+    assert set(numbers) == {
+        "add",
+        "add 2+4d",
+        "mm",
+        "x[0]",
+        "x.t()",
+        "cast",
+        "sdpa q1",
+        "sdpa causal",
+        "foreach",
+        "foreach_",
+    }
     assert set(numbers["add"]) == {"plain", "native", "python"}
     assert all(v > 0 for ways in numbers.values() for v in ways.values())
     # one round: each delta is that round's difference, with no interval to give
