@@ -79,6 +79,7 @@ from side_processes import (  # noqa: E402
     device_api,
     fmt,
     on_round_cpus,
+    paired_difference,
     paired_ratio,
     pooled_processes,
     profile,
@@ -474,13 +475,15 @@ def host_cpu(r: dict) -> str:
 
 
 def host_us_per_routed_call(flagos: dict, plain: dict) -> float | None:
-    """The host CPU time flagos adds per run over its routed calls per run: what one routed call
-    costs inside the model (the warm loop of dispatch_overhead.py shows far less). On a GPU a side
-    spins while it waits, so where the GPU bounds a run this counts that wait too."""
+    """The host CPU time flagos adds per run (paired within rounds, as the cpu ratio is) over its
+    routed calls per run: what one routed call costs inside the model (the warm loop of
+    dispatch_overhead.py shows far less). On a GPU a side spins while it waits, so where the GPU
+    bounds a run this counts that wait too."""
     routed = sum(flagos.get("calls_by_path", {}).values())
     if not routed:
         return None
-    return round((flagos["host_cpu_ms_per_run"] - plain["host_cpu_ms_per_run"]) * 1e3 / routed, 3)
+    added_ms = paired_difference(plain["cpu_ms_by_process"], flagos["cpu_ms_by_process"])
+    return round(added_ms * 1e3 / routed, 3)
 
 
 def per_routed_call(r: dict) -> str:
@@ -527,7 +530,7 @@ def closing(cases: list[dict]) -> str:
         "flagos columns: throughput against plain (plain time / flagos time; above 1: flagos faster), the "
         "median of the rounds' ratios, its 95% bootstrap interval over the interleaved rounds (and the processes, with --processes), "
         "host CPU time per run against plain's (cpu; flagos over plain, with its interval) and the host CPU time "
-        "it adds per routed call (us/routed), then the agreement check; with --baseline, then the "
+        "it adds per routed call (us/routed: the median of the rounds' differences over the run's routed calls), then the agreement check; with --baseline, then the "
         "throughput against the baseline's (baseline time / this side's time, with its interval)"
     ]
     for c in cases:

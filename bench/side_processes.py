@@ -170,6 +170,15 @@ def _round_ratio(reference: Sequence[Sequence[float]], mine: Sequence[Sequence[f
     return statistics.median(r[i] for r in reference) / statistics.median(m[i] for m in mine)
 
 
+def paired_difference(reference: Sequence[Sequence[float]], mine: Sequence[Sequence[float]]) -> float:
+    """What `mine` took more than `reference`: the median over interleaved rounds of each round's
+    difference, paired as paired_ratio pairs its ratios."""
+    n = min(len(rounds) for rounds in (*reference, *mine))
+    return statistics.median(
+        statistics.median(m[i] for m in mine) - statistics.median(r[i] for r in reference) for i in range(n)
+    )
+
+
 def pooled_processes(replies: Sequence[dict], unit: str) -> dict:
     """What a side's processes measured together, from their replies (each holding its rounds'
     times as `ms_per_<unit>_rounds` and `host_cpu_ms_per_<unit>_rounds`): every process's rounds

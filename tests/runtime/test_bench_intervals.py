@@ -46,6 +46,18 @@ def test_a_slow_stretch_in_one_sides_turn_moves_a_ratio_of_medians_not_the_paire
     assert low == pytest.approx(10 / 11, abs=1e-4) and high == pytest.approx(20 / 11, abs=1e-4)
 
 
+def test_host_time_per_routed_call_is_paired_like_the_ratios(load_bench: Callable[[str], ModuleType]) -> None:
+    # The same slow stretches: flagos adds 1 ms of host time in every round but the second, yet its
+    # median over all rounds is below plain's. The time per routed call is taken within rounds, as
+    # the cpu ratio beside it is, so the two cannot disagree in sign.
+    zoo = load_bench("model_zoo")
+    plain = {"cpu_ms_by_process": [[10.0, 20.0, 20.0, 10.0, 20.0]]}
+    mine = {"cpu_ms_by_process": [[11.0, 11.0, 21.0, 11.0, 21.0]], "calls_by_path": {"native": 400, "flaggems": 100}}
+    assert statistics.median(mine["cpu_ms_by_process"][0]) < statistics.median(plain["cpu_ms_by_process"][0])
+    assert zoo.host_us_per_routed_call(mine, plain) == pytest.approx(1e3 / 500)
+    assert zoo.host_us_per_routed_call({**mine, "calls_by_path": {}}, plain) is None
+
+
 def test_noise_gives_an_interval_around_the_true_ratio_that_narrows_with_rounds(sides: ModuleType) -> None:
     rng = random.Random(1)
 
