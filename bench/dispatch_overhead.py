@@ -16,8 +16,9 @@ Ops: add, mm and two views on square float32 operands (--size); `add 2+4d`, two 
 alternate between 2-D and 4-D shapes, as a model's consecutive ops do; a cast to bfloat16 (what
 autocast adds before each matmul); one decode step's attention (scaled_dot_product_attention, batch 1, 16
 heads, 1 query, 256 keys, head_dim 64) and a prefill's (bf16, causal, 128 queries and keys: the
-fused kernel a CUDA backing picks for a model's prompt, cuDNN's on an H100 or H200); a foreach add over 8 tensors that reads one list twice,
-and `foreach_`, one in place over two lists of 8 (an optimizer's update: no tensor repeats).
+fused kernel a CUDA backing picks for a model's prompt); a foreach add over 8 tensors that reads
+one list twice, and `foreach_`, one in place over two lists of 8 (an optimizer's update: no tensor
+repeats).
 The delta of an op is native minus plain within each round (the two ran back to back), its median
 over the rounds with a 95% bootstrap interval. Targets (TARGET_US): on CUDA at most +0.3 us per
 add, mm or cast and +0.1 us per foreach tensor; on the host at most +0.5 us per add; a view at most
