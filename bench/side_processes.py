@@ -162,21 +162,27 @@ def paired_ratio(reference: Sequence[Sequence[float]], mine: Sequence[Sequence[f
     state of that moment, and on the board that state moves within a call (one plain llama prefill
     took 8.7 to 17.8 ms): a ratio of each side's median over all rounds mixes those states, a
     ratio within a round compares the sides under one."""
-    n = min(len(rounds) for rounds in (*reference, *mine))
-    return statistics.median(_round_ratio(reference, mine, i) for i in range(n))
-
-
-def _round_ratio(reference: Sequence[Sequence[float]], mine: Sequence[Sequence[float]], i: int) -> float:
-    return statistics.median(r[i] for r in reference) / statistics.median(m[i] for m in mine)
+    return statistics.median(_round_ratio(reference, mine, i) for i in _paired_rounds(reference, mine))
 
 
 def paired_difference(reference: Sequence[Sequence[float]], mine: Sequence[Sequence[float]]) -> float:
     """What `mine` took more than `reference`: the median over interleaved rounds of each round's
     difference, paired as paired_ratio pairs its ratios."""
-    n = min(len(rounds) for rounds in (*reference, *mine))
-    return statistics.median(
-        statistics.median(m[i] for m in mine) - statistics.median(r[i] for r in reference) for i in range(n)
-    )
+    return statistics.median(_round_time(mine, i) - _round_time(reference, i) for i in _paired_rounds(reference, mine))
+
+
+def _paired_rounds(reference: Sequence[Sequence[float]], mine: Sequence[Sequence[float]]) -> range:
+    """The rounds every process of both sides ran."""
+    return range(min(len(rounds) for rounds in (*reference, *mine)))
+
+
+def _round_time(processes: Sequence[Sequence[float]], i: int) -> float:
+    """A side's time of round i: the median of its processes' times in that round."""
+    return statistics.median(p[i] for p in processes)
+
+
+def _round_ratio(reference: Sequence[Sequence[float]], mine: Sequence[Sequence[float]], i: int) -> float:
+    return _round_time(reference, i) / _round_time(mine, i)
 
 
 def pooled_processes(replies: Sequence[dict], unit: str) -> dict:
@@ -210,7 +216,7 @@ def ratio_interval_by_process(
     resamples each side's processes: a process's speed moves with its memory layout by more than
     its own rounds vary (two processes of one build differed by 2-8% on the host, with round
     intervals of +-0.01). With one process per side this is the paired round bootstrap alone."""
-    n = min(len(rounds) for rounds in (*reference, *mine))
+    n = len(_paired_rounds(reference, mine))
 
     def pick(processes: Sequence[Sequence[float]], rng: random.Random) -> list[Sequence[float]]:
         if len(processes) == 1:
