@@ -98,6 +98,33 @@ def test_routed_ops_appear_once_as_on_the_backing():
     assert counts["aten::copy_"] == 2 * STEPS  # the cast's and out's
 
 
+def _training_op_counts(device: str) -> dict[str, int]:
+    """How often each aten op shows in the profile of a convolution's and an attention's forward and
+    backward, their inputs wanting gradients as a training step's do."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3).to(device)
+    x = torch.randn(2, 3, 8, 8, device=device, requires_grad=True)
+    q = torch.randn(1, 2, 4, 8, device=device, requires_grad=True)
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(STEPS):
+            conv(x).sum().backward()
+            torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
+    return {e.key: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
+
+
+def test_training_ops_appear_once_as_on_the_backing():
+    """Convolution reached the backing through PyTorch's PrivateUse1 hooks, which called it again
+    whole (aten::convolution, _convolution and convolution_backward twice per call); attention asked
+    the backing's choice of kernel through the dispatcher where its inputs wanted gradients, an
+    aten::_fused_sdp_choice event neither CPU nor CUDA records (they ask the choice directly)."""
+    counts = _training_op_counts("flagos")
+    backing = _training_op_counts(device_core.backing())
+    conv_ops = ("aten::conv2d", "aten::convolution", "aten::_convolution", "aten::convolution_backward")
+    assert {op: counts.get(op) for op in conv_ops} == {op: backing.get(op) for op in conv_ops}
+    assert counts["aten::convolution"] == counts["aten::convolution_backward"] == STEPS
+    assert "aten::_fused_sdp_choice" not in counts
+
+
 def test_cpu_route_ops_appear_once(force_cpu_route):
     force_cpu_route("aten::sub.Tensor")
     x = torch.randn(8, 8, device="flagos")

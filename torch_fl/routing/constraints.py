@@ -10,14 +10,12 @@ import torch
 from torch_fl.kernels.base import resolve
 
 # Overloads the C++ core itself serves on PrivateUse1: allocation, views and copies across devices
-# (runtime/csrc/structural.cpp), and convolution's device entry points (compute.cpp). A Python route
-# there would replace the device's own structure.
+# (runtime/csrc/structural.cpp). A Python route there would replace the device's own structure.
 CORE_STRUCTURAL = frozenset(
     "aten::" + name
     for name in """empty.memory_format empty_strided _efficientzerotensor as_strided view _reshape_alias unfold
     view_as_real view_as_complex is_set_to resize_ _copy_from _copy_from_and_resize _local_scalar_dense set_
-    set_.source_Tensor set_.source_Storage set_.source_Storage_storage_offset record_stream
-    convolution_overrideable convolution_backward_overrideable""".split()
+    set_.source_Tensor set_.source_Storage set_.source_Storage_storage_offset record_stream""".split()
 )
 # Overloads whose schema declares a fresh result but whose kernels return a view by design.
 SCHEMA_ALIAS_EXEMPT = frozenset(

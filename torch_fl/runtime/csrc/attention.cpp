@@ -40,21 +40,44 @@ at::Tensor backing_for_choice(const at::Tensor& t) {
   return t.requires_grad() ? b.requires_grad_(true) : b;
 }
 
-// A flagos tensor whose bytes the choice may read through a pooled alias: not wanting a gradient
-// (a pooled alias never carries requires_grad).
-bool pooled_for_choice(const at::Tensor& t) { return has_flagos_bytes(t) && !t.requires_grad(); }
+// Marks pooled aliases as wanting a gradient for one choice, and clears the mark (their autograd
+// metadata) before they go back to the pool, whose later borrowers expect plain tensors.
+class GradMarks {
+ public:
+  GradMarks() = default;
+  GradMarks(const GradMarks&) = delete;
+  GradMarks& operator=(const GradMarks&) = delete;
+  void mark(const at::Tensor& alias) {
+    alias.unsafeGetTensorImpl()->set_requires_grad(true);
+    marked_.push_back(alias.unsafeGetTensorImpl());
+  }
+  ~GradMarks() {
+    for (c10::TensorImpl* impl : marked_) impl->set_autograd_meta(nullptr);
+  }
+
+ private:
+  c10::SmallVector<c10::TensorImpl*, 4> marked_;
+};
 
 // The backing's own choice, straight from its kernel, on aliases from the route's pool (handed back
 // as the native route hands back its own): what an eager attention call asks every time (a decode
-// step, once per layer).
+// step and a training step, once per layer), without a second pass through the dispatcher, whose
+// profiler event neither CPU nor CUDA records (they ask the choice directly).
 int64_t pooled_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor* mask,
                       double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
   NativeArguments args;
   args.arguments_outlive_call = true;
-  // no tensor results: the arguments need no swaps
-  const size_t iq = args.unmapped(q, false), ik = args.unmapped(k, false), iv = args.unmapped(v, false);
+  GradMarks marks;  // declared after `args`: cleared before the aliases go back
+  // No tensor results: the arguments need no swaps. An alias to mark is taken as a written one,
+  // which is never an inference tensor outside inference mode (those cannot want a gradient).
+  auto take = [&](const at::Tensor& t) {
+    const size_t i = args.unmapped(t, t.requires_grad());
+    if (t.requires_grad()) marks.mark(args.aliases[i]);
+    return i;
+  };
+  const size_t iq = take(q), ik = take(k), iv = take(v);
   std::optional<at::Tensor> m;  // released before `args` hands the aliases back
-  if (mask != nullptr) m = args.aliases[args.unmapped(*mask, false)];
+  if (mask != nullptr) m = args.aliases[take(*mask)];
   return at::_ops::_fused_sdp_choice::redispatch(backing().keys, args.aliases[iq], args.aliases[ik], args.aliases[iv],
                                                  m, dropout_p, is_causal, scale, enable_gqa);
 }
@@ -64,7 +87,7 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
                          std::optional<double> scale, bool enable_gqa) {
   const bool has_mask = mask.has_value() && mask->defined();
   int64_t choice = 0;
-  if (pooled_for_choice(q) && pooled_for_choice(k) && pooled_for_choice(v) && (!has_mask || pooled_for_choice(*mask))) {
+  if (has_flagos_bytes(q) && has_flagos_bytes(k) && has_flagos_bytes(v) && (!has_mask || has_flagos_bytes(*mask))) {
     choice = pooled_choice(q, k, v, has_mask ? &*mask : nullptr, dropout_p, is_causal, scale, enable_gqa);
   } else {
     c10::impl::ExcludeDispatchKeyGuard outside_tracing(kTracing);

@@ -1,12 +1,11 @@
-// Compute kernels the core serves itself, where the backing's own kernel cannot be reached through
-// the native route: convolution's device hooks, and on the host backing dropout (which must draw
-// from the flagos generator) and the fused recurrent cells (which the CPU does not have).
+// Compute kernels the core serves itself on the host backing, where the backing's own kernel cannot
+// serve flagos through the native route: dropout (which must draw from the flagos generator) and the
+// fused recurrent cells (which the CPU does not have).
 #include "backing.h"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include <array>
 #include <optional>
 #include <tuple>
 
@@ -25,32 +24,6 @@ std::tuple<at::Tensor, at::Tensor> native_dropout_host(const at::Tensor& input, 
   at::Tensor keep = at::empty_like(input, input.options().dtype(at::kBool));
   keep.bernoulli_(1 - p, default_generator(input.device().index()));
   return {input * keep * (1.0 / (1 - p)), keep};
-}
-
-// Convolution picks its implementation by device type and sends PrivateUse1 to these two hooks;
-// they hand the call back to the backing's own convolution (cuDNN, oneDNN, ...).
-at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                       at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
-                       at::IntArrayRef output_padding, int64_t groups) {
-  return adopt_as_flagos(
-      at::convolution(borrow_as_backing(input), borrow_as_backing(weight), borrow_optional_as_backing(bias), stride,
-                      padding, dilation, transposed, output_padding, groups),
-      input.device().index());
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(const at::Tensor& grad_output,
-                                                                    const at::Tensor& input, const at::Tensor& weight,
-                                                                    at::IntArrayRef stride, at::IntArrayRef padding,
-                                                                    at::IntArrayRef dilation, bool transposed,
-                                                                    at::IntArrayRef output_padding, int64_t groups,
-                                                                    std::array<bool, 3> output_mask) {
-  const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
-  auto [gi, gw, gb] = at::convolution_backward(borrow_as_backing(grad_output), borrow_as_backing(input),
-                                               borrow_as_backing(weight), at::IntArrayRef{out_channels}, stride,
-                                               padding, dilation, transposed, output_padding, groups, output_mask);
-  const auto index = input.device().index();
-  return {adopt_as_flagos(std::move(gi), index), adopt_as_flagos(std::move(gw), index),
-          adopt_as_flagos(std::move(gb), index)};
 }
 
 // Recurrent layers use fused cell kernels on every non-CPU device; the host has none. These
@@ -95,9 +68,3 @@ void register_backing_kernels() {
 }
 
 }  // namespace torch_fl
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  using namespace torch_fl;
-  m.impl("convolution_overrideable", convolution);
-  m.impl("convolution_backward_overrideable", convolution_backward);
-}

@@ -398,8 +398,9 @@ void register_unboxed_native_kernels() {
       // activations and their gradients
       ops::silu, ops::silu_backward, ops::gelu, ops::gelu_backward, ops::tanh, ops::tanh_backward, ops::relu,
       ops::threshold_backward,
-      // matrix products
-      ops::mm, ops::addmm, ops::bmm, ops::baddbmm,
+      // matrix products and convolution (PyTorch's own PrivateUse1 entry point, convolution_overrideable,
+      // would be a second pass through the dispatcher)
+      ops::mm, ops::addmm, ops::bmm, ops::baddbmm, ops::_convolution, ops::convolution_backward,
       // reductions, softmax, losses, normalisation
       ops::sum_dim_IntList, ops::mean_dim, ops::argmax, ops::_softmax, ops::_softmax_backward_data, ops::_log_softmax,
       ops::_log_softmax_backward_data, ops::nll_loss_forward, ops::nll_loss_backward, ops::native_layer_norm,
