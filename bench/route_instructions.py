@@ -1,11 +1,14 @@
 """Instructions the native route adds per op, counted by valgrind's callgrind on the host.
 
     python bench/route_instructions.py                       # add, add 2+4d, mm, cast, foreach, llama decode
-    python bench/route_instructions.py --ops add,decode:gpt2 --top 25 --json out.json
+    python bench/route_instructions.py --ops add,decode:gpt2,train:bert --top 25 --json out.json
 
-The ops of dispatch_overhead.py, and `decode:ARCH` (one greedy `generate` of a zoo architecture at
-host size, 8 prompt and 8 new tokens), run on the plain CPU and on flagos (host_ref), each side in
-its own process under callgrind with collection switched on only around each op's loop (after a
+The ops of dispatch_overhead.py, `decode:ARCH` (one greedy `generate` of a zoo architecture at host
+size, 8 prompt and 8 new tokens) and `train:ARCH` (one AdamW training step of it at host size, in
+float32: the CPU's autocast lists are not the ones flagos follows, CUDA's; its backward runs on the
+autograd engine's device thread on flagos and inline on the CPU, so its difference holds that
+hand-over too, which plain CUDA pays as flagos does) run on the plain CPU and on flagos (host_ref),
+each side in its own process under callgrind with collection switched on only around each op's loop (after a
 warm-up, with Python's collector off). A count of executed instructions does not depend on what
 else the machine runs, so a change to the route shows even where timings on a shared host cannot
 tell it (a model's rounds there vary by several percent). It is a count, not a time: cache misses,
@@ -51,8 +54,8 @@ CALLS, WARMUP = 1000, 100
 # flagos's own compiled core: the part of the difference that repeats exactly from run to run (the C
 # library's share moves with the heap's state, Python's with its caches).
 CORE_OBJECT = f"{MODULE_NAME}.so"
-DECODE = "decode:"  # an op named decode:ARCH is one `generate` of that zoo architecture
-MODEL_CALL_COST = 250  # a generate counts as this many calls of --calls (1000: 4 generates)
+DECODE, TRAIN = "decode:", "train:"  # ops naming one `generate` or one training step of a zoo architecture
+MODEL_CALL_COST = 250  # a model's run counts as this many calls of --calls (1000: 4 runs)
 # the simulated caches of --cache-sim: size, associativity, line size
 CACHES = ["--I1=32768,8,64", "--D1=49152,12,64", "--LL=2097152,16,64"]
 # the events of a callgrind dump's totals line with --cache-sim, and the ones reported
@@ -74,8 +77,8 @@ def side(name: str, ops: list[str], size: int, calls: int, workdir: Path) -> Non
 
     routed = {}
     for op in ops:
-        fn = decoder(op.removeprefix(DECODE), device) if op.startswith(DECODE) else (lambda op=op: OPS[op](tensors))
-        for _ in range(WARMUP if not op.startswith(DECODE) else 2):
+        fn = model_run(op, device) if is_model(op) else (lambda op=op: OPS[op](tensors))
+        for _ in range(2 if is_model(op) else WARMUP):
             fn()
         if name == "flagos":
             torch_fl.routing.reset_stats()
@@ -96,8 +99,19 @@ def side(name: str, ops: list[str], size: int, calls: int, workdir: Path) -> Non
         (workdir / "routed.json").write_text(json.dumps(routed))
 
 
+def is_model(op: str) -> bool:
+    return op.startswith((DECODE, TRAIN))
+
+
 def counted_calls(op: str, calls: int) -> int:
-    return max(1, calls // MODEL_CALL_COST) if op.startswith(DECODE) else calls
+    return max(1, calls // MODEL_CALL_COST) if is_model(op) else calls
+
+
+def model_run(op: str, device: str) -> Callable[[], object]:
+    """One run of the zoo model that `op` (decode:ARCH or train:ARCH) names."""
+    return (
+        decoder(op.removeprefix(DECODE), device) if op.startswith(DECODE) else trainer(op.removeprefix(TRAIN), device)
+    )
 
 
 def decoder(arch: str, device: str) -> Callable[[], object]:
@@ -115,6 +129,16 @@ def decoder(arch: str, device: str) -> Callable[[], object]:
             return zoo.generate(model, ids, 8)
 
     return run
+
+
+def trainer(arch: str, device: str) -> Callable[[], object]:
+    """One AdamW training step of the zoo's `arch` at host size, in float32."""
+    from torch_fl.workloads import zoo
+
+    cpu = zoo.build(arch, "host")
+    inputs = zoo.batch(arch, cpu, zoo.ARCHS[arch].shapes["host"])
+    model = cpu.to(device).train()
+    return zoo.train_step(arch, model, moved(inputs, device), device, bf16=False)
 
 
 def annotate(dump: Path) -> tuple[collections.Counter, collections.Counter]:
@@ -251,11 +275,11 @@ def main() -> None:
     parser.add_argument(
         "--ops",
         default=DEFAULT_OPS,
-        help=f"comma-separated ops of dispatch_overhead.py and decode:ARCH (default {DEFAULT_OPS})",
+        help=f"comma-separated ops of dispatch_overhead.py, decode:ARCH and train:ARCH (default {DEFAULT_OPS})",
     )
     parser.add_argument("--size", type=int, default=64, help="square operand size")
     parser.add_argument(
-        "--calls", type=int, default=CALLS, help=f"calls counted per op (a generate counts as {MODEL_CALL_COST})"
+        "--calls", type=int, default=CALLS, help=f"calls counted per op (a model's run counts as {MODEL_CALL_COST})"
     )
     parser.add_argument("--top", type=int, default=0, help="also list the N functions that add the most per op")
     parser.add_argument("--cache-sim", action="store_true", help="also simulate the caches and report misses per call")
@@ -270,11 +294,14 @@ def main() -> None:
     from torch_fl.workloads import zoo
 
     decoders = [name for name, arch in zoo.ARCHS.items() if arch.generates]
-    unknown = sorted(o for o in ops if o not in OPS and o.removeprefix(DECODE) not in decoders)
+    known = {*OPS, *(DECODE + name for name in decoders), *(TRAIN + name for name in zoo.ARCHS)}
+    unknown = sorted(o for o in ops if o not in known)
     if unknown:
         raise SystemExit(
             f"route_instructions: unknown op(s) {', '.join(unknown)}; known: {', '.join(OPS)} and "
             + ", ".join(DECODE + name for name in decoders)
+            + ", "
+            + ", ".join(TRAIN + name for name in zoo.ARCHS)
         )
     missing = [tool for tool in ("valgrind", "callgrind_control", "callgrind_annotate") if not shutil.which(tool)]
     if missing:

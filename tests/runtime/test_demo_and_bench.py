@@ -249,9 +249,21 @@ def test_graph_boundary_bench(run_python, evict):
         assert re.search(rf"{re.escape(part)} +[\d.]+ us per call", result.stdout), result.stdout
 
 
+@pytest.mark.skipif(shutil.which("callgrind_control") is None, reason="counting instructions needs valgrind")
+def test_route_instructions_bench_counts_a_training_step(run_python, tmp_path):
+    out = tmp_path / "instructions.json"
+    run_python(script("bench/route_instructions.py", "--ops", "train:bert", "--calls", "250", "--json", str(out)))
+    step = json.loads(out.read_text())["ops"]["train:bert"]
+    assert step["calls"] == 1  # a model's run counts as 250 calls
+    # forward, backward and AdamW's foreach ops: many routed calls, and the route's code among them
+    assert step["routed"] > 20 and step["delta_by_object"]["torch_fl_core.so"] > 0
+    assert step["delta_per_routed"] == step["delta"] / step["routed"]
+
+
 def test_route_instructions_bench_refuses_an_unknown_op(run_python):
     result = run_python(script("bench/route_instructions.py", "--ops", "add,nope,decode:bert"), check=False)
     assert result.returncode != 0
     # bert does not generate: only the zoo's decoders count as decode:ARCH
     assert "unknown op(s) decode:bert, nope; known: add, add 2+4d, mm," in result.stderr, result.stderr
     assert "decode:llama" in result.stderr and "decode:bert" not in result.stderr.split("known:")[1]
+    assert "train:bert" in result.stderr.split("known:")[1]  # every architecture trains
