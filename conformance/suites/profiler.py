@@ -1,9 +1,11 @@
 """profiler: flagos ops and the routes that served them show up in a torch.profiler trace, with times.
 
 A Python route records `flagos.route.<path>::<op>` around its kernel; the C++ native route
-records `flagos.route.native` (and the explicit CPU fallback `flagos.route.cpu`). Device time reaches
-the profiler (`use_device="flagos"`): never negative, within the wall time of the profiled code; a
-platform whose descriptor names a device tracer (CUPTI and the like) also shows its kernels.
+records `flagos.route.native` where the backing has a kernel of its own for the op (a composite one
+shows its own calls, as on the backing), and the explicit CPU fallback `flagos.route.cpu`. Device
+time reaches the profiler (`use_device="flagos"`): never negative, within the wall time of the
+profiled code; a platform whose descriptor names a device tracer (CUPTI and the like) also shows its
+kernels.
 """
 
 from __future__ import annotations

@@ -74,13 +74,17 @@ def test_kineto_activities_with_flagos_record_the_ops():
 
 def _aten_counts(x: torch.Tensor) -> dict[str, int]:
     """How often each aten op shows in the profile of the native routes' ops, unboxed (add, mm) and
-    boxed (sin), and of copies: a cast and a copy_."""
+    boxed (sin), of ops whose backing kernel is a composite calling the same op again, unboxed
+    (mul.Scalar calls mul.Tensor) and boxed (sum calls sum.dim_IntList), and of copies: a cast and
+    a copy_."""
     out = torch.empty_like(x)
     with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(STEPS):
             torch.add(x, x)
             torch.mm(x, x)
             x.sin()
+            torch.ops.aten.mul.Scalar(x, 3.0)
+            x.sum()
             x.to(torch.bfloat16)
             out.copy_(x)
     return {e.key: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
@@ -89,13 +93,17 @@ def _aten_counts(x: torch.Tensor) -> dict[str, int]:
 def test_routed_ops_appear_once_as_on_the_backing():
     """The routes call the backing's kernel past the dispatcher, whose second pass on the aliases
     recorded every op twice (aten::addmm at 199% of the CPU total; a copy as copy_, _copy_from and
-    copy_ again). Compared with the backing device itself: a CPU matmul records an
-    `aten::resolve_conj` a CUDA one does not."""
+    copy_ again). The profiler folds an op's call of itself into one event where the call is its
+    only child, which a route's event beside it prevented (mul and sum twice per call). Compared
+    with the backing device itself: a CPU matmul records an `aten::resolve_conj` a CUDA one does
+    not."""
     x = torch.randn(8, 8, device=device_core.backing())
     counts = _aten_counts(x.to("flagos"))
     assert counts == _aten_counts(x)
-    assert counts["aten::add"] == counts["aten::mm"] == counts["aten::sin"] == counts["aten::_to_copy"] == STEPS
-    assert counts["aten::copy_"] == 2 * STEPS  # the cast's and out's
+    for op in ("add", "mm", "sin", "mul", "sum"):
+        assert counts[f"aten::{op}"] == STEPS, op
+    assert counts["aten::_to_copy"] == 2 * STEPS  # the cast's and mul.Scalar's (its scalar as a tensor)
+    assert counts["aten::copy_"] == 3 * STEPS  # those two and out's
 
 
 def _training_op_counts(device: str) -> dict[str, int]:

@@ -142,7 +142,7 @@ void run_native(const c10::OperatorHandle& op, torch::jit::Stack* stack, OpInfo&
   args.check_operands();
   use_flagos_default_generator(stack, base, info, args.index);
   try {
-    mark_native_route();
+    mark_native_route(info);
     op.redispatchBoxed(args.kernel.on(backing().type), stack);
   } catch (const c10::NotImplementedError&) {
     // The backing has the op but not for these inputs (an integer matmul on CUDA, say): the

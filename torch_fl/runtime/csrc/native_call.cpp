@@ -76,6 +76,7 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
         std::none_of(returns.begin(), returns.end(), [](const c10::Argument& r) { return r.alias_info() != nullptr; });
     // Composite kernels count: on backing aliases they run as they would for the backing.
     info->backing_has_kernel = op.hasComputedKernelForDispatchKey(backing().key);
+    info->backing_composite = info->backing_has_kernel && !op.hasKernelForDispatchKey(backing().key);
     info->force_cpu = r.forced_cpu.count(info->name) != 0;
     slot = std::move(info);
   }

@@ -26,6 +26,8 @@ struct OpInfo {
   std::vector<Arg> args;
   int generator_arg = -1;
   bool backing_has_kernel = true;
+  // The backing's kernel is a composite of other ops (mul.Scalar's calls mul.Tensor), not its own.
+  bool backing_composite = false;
   // The schema gives no return an alias annotation: no result is an argument or a view of one.
   bool returns_fresh = false;
   std::atomic<bool> force_cpu{false};
@@ -191,7 +193,12 @@ TORCH_FL_COLD inline void record_native_route(at::StepCallbacks&& step) {
   at::RecordFunction event(std::move(step));
   event.before("flagos.route.native");
 }
-TORCH_FL_HOT inline void mark_native_route() {
+// A composite backing kernel makes its own calls on the aliases, as it does on the backing, where
+// the profiler folds an op's call of itself into one event when that call is its only child
+// (mul.Scalar's mul.Tensor, sum's sum.dim_IntList): a route event beside it would show the op
+// twice, so such calls go unmarked.
+TORCH_FL_HOT inline void mark_native_route(const OpInfo& info) {
+  if (info.backing_composite) return;
   auto step = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
   if (C10_UNLIKELY(step.has_value())) record_native_route(std::move(*step));
 }

@@ -353,7 +353,7 @@ struct Unboxed<Op, R(A...)> {
 
   // Straight to the backing's dense kernel (calls with a sparse argument take the boxed route).
   static R backing_call(std::tuple<Pass<A>...>& passes) {
-    mark_native_route();
+    mark_native_route(info());
     return std::apply([&](auto&... p) -> R { return Op::redispatch(backing().keys, p.get()...); }, passes);
   }
 };
