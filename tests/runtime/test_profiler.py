@@ -74,9 +74,8 @@ def test_kineto_activities_with_flagos_record_the_ops():
 
 def _aten_counts(x: torch.Tensor) -> dict[str, int]:
     """How often each aten op shows in the profile of the native routes' ops, unboxed (add, mm) and
-    boxed (sin), of ops whose backing kernel is a composite calling the same op again, unboxed
-    (mul.Scalar calls mul.Tensor) and boxed (sum calls sum.dim_IntList), and of copies: a cast and
-    a copy_."""
+    boxed (sin, sum), of one whose backing kernel is a composite calling the same op again
+    (mul.Scalar calls mul.Tensor), and of copies: a cast and a copy_."""
     out = torch.empty_like(x)
     with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(STEPS):
@@ -94,7 +93,7 @@ def test_routed_ops_appear_once_as_on_the_backing():
     """The routes call the backing's kernel past the dispatcher, whose second pass on the aliases
     recorded every op twice (aten::addmm at 199% of the CPU total; a copy as copy_, _copy_from and
     copy_ again). The profiler folds an op's call of itself into one event where the call is its
-    only child, which a route's event beside it prevented (mul and sum twice per call). Compared
+    only child, which a route's event beside it prevented (mul.Scalar twice per call). Compared
     with the backing device itself: a CPU matmul records an `aten::resolve_conj` a CUDA one does
     not."""
     x = torch.randn(8, 8, device=device_core.backing())

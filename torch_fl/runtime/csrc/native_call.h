@@ -195,8 +195,8 @@ TORCH_FL_COLD inline void record_native_route(at::StepCallbacks&& step) {
 }
 // A composite backing kernel makes its own calls on the aliases, as it does on the backing, where
 // the profiler folds an op's call of itself into one event when that call is its only child
-// (mul.Scalar's mul.Tensor, sum's sum.dim_IntList): a route event beside it would show the op
-// twice, so such calls go unmarked.
+// (mul.Scalar's mul.Tensor): a route event beside it would show the op twice, so such calls go
+// unmarked.
 TORCH_FL_HOT inline void mark_native_route(const OpInfo& info) {
   if (info.backing_composite) return;
   auto step = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
