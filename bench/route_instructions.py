@@ -293,15 +293,12 @@ def main() -> None:
         return
     from torch_fl.workloads import zoo
 
-    decoders = [name for name, arch in zoo.ARCHS.items() if arch.generates]
-    known = {*OPS, *(DECODE + name for name in decoders), *(TRAIN + name for name in zoo.ARCHS)}
-    unknown = sorted(o for o in ops if o not in known)
+    models = [DECODE + name for name, arch in zoo.ARCHS.items() if arch.generates]
+    models += [TRAIN + name for name in zoo.ARCHS]
+    unknown = sorted(o for o in ops if o not in OPS and o not in models)
     if unknown:
         raise SystemExit(
-            f"route_instructions: unknown op(s) {', '.join(unknown)}; known: {', '.join(OPS)} and "
-            + ", ".join(DECODE + name for name in decoders)
-            + ", "
-            + ", ".join(TRAIN + name for name in zoo.ARCHS)
+            f"route_instructions: unknown op(s) {', '.join(unknown)}; known: {', '.join(OPS)} and {', '.join(models)}"
         )
     missing = [tool for tool in ("valgrind", "callgrind_control", "callgrind_annotate") if not shutil.which(tool)]
     if missing:

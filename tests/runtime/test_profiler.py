@@ -72,6 +72,11 @@ def test_kineto_activities_with_flagos_record_the_ops():
     assert all(e.cpu_time_total >= 0 and e.device_time_total >= 0 for e in prof.events())
 
 
+def _aten_op_counts(prof: torch.profiler.profile) -> dict[str, int]:
+    """How often each aten op shows in a finished profile."""
+    return {e.key: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
+
+
 def _aten_counts(x: torch.Tensor) -> dict[str, int]:
     """How often each aten op shows in the profile of the native routes' ops, unboxed (add, mm) and
     boxed (sin, sum), of one whose backing kernel is a composite calling the same op again
@@ -86,7 +91,7 @@ def _aten_counts(x: torch.Tensor) -> dict[str, int]:
             x.sum()
             x.to(torch.bfloat16)
             out.copy_(x)
-    return {e.key: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
+    return _aten_op_counts(prof)
 
 
 def test_routed_ops_appear_once_as_on_the_backing():
@@ -116,7 +121,7 @@ def _training_op_counts(device: str) -> dict[str, int]:
         for _ in range(STEPS):
             conv(x).sum().backward()
             torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
-    return {e.key: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
+    return _aten_op_counts(prof)
 
 
 def test_training_ops_appear_once_as_on_the_backing():
@@ -138,7 +143,7 @@ def test_cpu_route_ops_appear_once(force_cpu_route):
     with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(STEPS):
             torch.sub(x, x)
-    assert {e.key: e.count for e in prof.key_averages()}["aten::sub"] == STEPS
+    assert _aten_op_counts(prof)["aten::sub"] == STEPS
 
 
 @pytest.mark.cuda
